@@ -1,0 +1,40 @@
+# SPDX-License-Identifier: GPL-2.0
+#
+# Two roles in one file:
+#  - inside a kernel tree (as drivers/rdma_rust/) it is the Kbuild makefile;
+#  - at the top of the clone it drives the build and the QEMU test VM.
+
+ifneq ($(KERNELRELEASE),)
+
+obj-$(CONFIG_RDMA_RUST_ULP) += drivers/rdma_rust_ulp/
+
+else
+
+KUNIT := tools/testing/kunit
+
+.PHONY: all setup build test run clean help
+
+all: build
+
+help:
+	@echo "make run    boot the VM, create rxe devices, load the ULP and show it working"
+	@echo "make test   build what changed and run every test under QEMU"
+	@echo "make setup  install packages and unpack the kernel (done on demand by the others)"
+	@echo "make build  build the kernel and the modules only"
+
+setup:
+	$(KUNIT)/setup.sh
+
+build:
+	$(KUNIT)/build.sh
+
+test:
+	$(KUNIT)/run.sh test
+
+run:
+	$(KUNIT)/run.sh run
+
+clean:
+	@echo "build outputs live in $${RDMA_RUST_CACHE:-$$HOME/.cache/rdma-rust}; remove it to start cold"
+
+endif

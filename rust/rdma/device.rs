@@ -1,0 +1,394 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! RDMA devices and their ports.
+//!
+//! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
+
+use crate::{
+    bindings,
+    error::{code::*, to_result, Result},
+    str::CStr,
+    types::{ARef, AlwaysRefCounted, Opaque},
+};
+use core::{fmt, ops::RangeInclusive, ptr::NonNull};
+
+/// Longest RDMA device name, terminating NUL included (`IB_DEVICE_NAME_MAX`).
+pub const NAME_MAX: usize = bindings::IB_DEVICE_NAME_MAX as usize;
+
+/// Longest network interface name, terminating NUL included (`IFNAMSIZ`).
+const IFNAMSIZ: usize = bindings::IFNAMSIZ as usize;
+
+/// An RDMA device (`struct ib_device`).
+///
+/// A `&Device` is handed to [`Client`](super::client::Client) callbacks, which run while the
+/// RDMA core holds a reference on the device. [`Device::get_by_name`] returns an [`ARef`] that
+/// keeps the `struct ib_device` alive; note that holding one makes `ib_unregister_device`
+/// wait until it is dropped, so per-device state must drop its references in `remove`.
+///
+/// # Invariants
+///
+/// The wrapped `struct ib_device` is registered with the RDMA core (or in the middle of being
+/// registered or unregistered) and its reference count is non-zero for the lifetime of the
+/// `Device`.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::c_str;
+/// use kernel::rdma::device::Device;
+///
+/// // Nothing is registered under this name: the lookup finds nothing.
+/// assert!(Device::get_by_name(c_str!("no-such-rdma-dev")).is_none());
+/// ```
+#[repr(transparent)]
+pub struct Device(Opaque<bindings::ib_device>);
+
+// SAFETY: `struct ib_device` is reference counted and the verbs called through `&Device` may be
+// called from any thread.
+unsafe impl Send for Device {}
+
+// SAFETY: The verbs called through `&Device` are safe to call concurrently; the RDMA core
+// serialises what needs it.
+unsafe impl Sync for Device {}
+
+// SAFETY: `refcount_inc` and `ib_device_put` manage `ib_device.refcount`, which keeps the
+// structure alive; the type invariant guarantees the count is non-zero while a `&Device` exists.
+unsafe impl AlwaysRefCounted for Device {
+    fn inc_ref(&self) {
+        // SAFETY: The invariant says the refcount is non-zero, so it may be incremented.
+        unsafe { bindings::refcount_inc(&raw mut (*self.as_raw()).refcount) };
+    }
+
+    unsafe fn dec_ref(obj: NonNull<Self>) {
+        // SAFETY: The caller owns a reference, which is given back here.
+        unsafe { bindings::ib_device_put(obj.cast::<bindings::ib_device>().as_ptr()) };
+    }
+}
+
+impl Device {
+    /// Creates a reference to a [`Device`] from a raw pointer.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` must point to an `ib_device` that satisfies the type invariants for `'a`.
+    pub(crate) unsafe fn from_raw<'a>(ptr: *mut bindings::ib_device) -> &'a Self {
+        // SAFETY: `Device` is `repr(transparent)` over the C struct; the caller guarantees
+        // validity for `'a`.
+        unsafe { &*ptr.cast::<Self>() }
+    }
+
+    /// Returns the raw `struct ib_device` pointer.
+    pub(crate) fn as_raw(&self) -> *mut bindings::ib_device {
+        self.0.get()
+    }
+
+    /// Looks up a registered RDMA device by name (`ib_device_get_by_name`).
+    ///
+    /// Returns `None` when no device of that name is registered.
+    pub fn get_by_name(name: &CStr) -> Option<ARef<Device>> {
+        // SAFETY: `name` is NUL-terminated; `RDMA_DRIVER_UNKNOWN` matches any driver.
+        let ptr = unsafe {
+            bindings::ib_device_get_by_name(
+                name.as_char_ptr(),
+                bindings::rdma_driver_id_RDMA_DRIVER_UNKNOWN,
+            )
+        };
+        let ptr = NonNull::new(ptr)?;
+        // SAFETY: `ib_device_get_by_name` returned a registered device with a reference that
+        // is now owned by the `ARef`.
+        Some(unsafe { ARef::from_raw(ptr.cast::<Device>()) })
+    }
+
+    /// Returns a copy of the device's current name (e.g. `rxe0`).
+    ///
+    /// A device can be renamed (`rdma dev set NAME name NEW`) at any time, so the name is
+    /// copied rather than borrowed.
+    pub fn name(&self) -> Name<NAME_MAX> {
+        // SAFETY: `self.as_raw()` is valid (invariant); `dev_name` returns a NUL-terminated
+        // string owned by the device's kobject, copied before returning.
+        unsafe { Name::copy_from(bindings::dev_name(&raw const (*self.as_raw()).dev)) }
+    }
+
+    /// Returns the node GUID, in host byte order.
+    pub fn node_guid(&self) -> u64 {
+        // SAFETY: `self.as_raw()` is valid (invariant); `node_guid` is set before registration.
+        u64::from_be(unsafe { (*self.as_raw()).node_guid })
+    }
+
+    /// Returns the valid port numbers of the device (`rdma_start_port..=rdma_end_port`).
+    ///
+    /// Switches have only port 0; HCAs and RNICs number their ports from 1.
+    pub fn ports(&self) -> RangeInclusive<u32> {
+        // SAFETY: `self.as_raw()` is valid (invariant); both helpers only read fields that are
+        // immutable after registration.
+        unsafe { bindings::rdma_start_port(self.as_raw())..=bindings::rdma_end_port(self.as_raw()) }
+    }
+
+    fn check_port(&self, port: u32) -> Result {
+        if self.ports().contains(&port) {
+            Ok(())
+        } else {
+            Err(EINVAL)
+        }
+    }
+
+    /// Queries the attributes of `port` (`ib_query_port`).
+    ///
+    /// Returns `EINVAL` for a port number outside [`Device::ports`]. May sleep.
+    pub fn query_port(&self, port: u32) -> Result<PortAttr> {
+        self.check_port(port)?;
+        let mut attr = bindings::ib_port_attr::default();
+        // SAFETY: `self.as_raw()` is valid (invariant), `port` is valid, and `attr` is a
+        // writable `ib_port_attr`.
+        to_result(unsafe { bindings::ib_query_port(self.as_raw(), port, &mut attr) })?;
+        Ok(PortAttr(attr))
+    }
+
+    /// Returns the link layer of `port` (`rdma_port_get_link_layer`).
+    ///
+    /// Returns `EINVAL` for a port number outside [`Device::ports`].
+    pub fn link_layer(&self, port: u32) -> Result<LinkLayer> {
+        self.check_port(port)?;
+        // SAFETY: `self.as_raw()` is valid (invariant) and `port` has been checked, so the
+        // core indexes its port array in bounds.
+        let ll = unsafe { bindings::rdma_port_get_link_layer(self.as_raw(), port) };
+        Ok(LinkLayer::from_raw(ll))
+    }
+
+    /// Returns the name of the network device bound to `port` (RoCE and iWARP), e.g. `eth0`.
+    ///
+    /// Returns `EINVAL` for a port outside [`Device::ports`] and `ENODEV` when no network device
+    /// is bound to the port (for instance on InfiniBand).
+    pub fn netdev_name(&self, port: u32) -> Result<Name<IFNAMSIZ>> {
+        self.check_port(port)?;
+        // SAFETY: `self.as_raw()` is valid (invariant) and `port` has been checked.
+        let ndev = unsafe { bindings::ib_device_get_netdev(self.as_raw(), port) };
+        if ndev.is_null() {
+            return Err(ENODEV);
+        }
+        // SAFETY: `ib_device_get_netdev` returned a held `net_device`, whose `name` is a
+        // NUL-terminated array of `IFNAMSIZ` bytes.
+        let name = unsafe { Name::copy_from((*ndev).name.as_ptr()) };
+        // SAFETY: Gives back the reference taken by `ib_device_get_netdev`.
+        unsafe { bindings::dev_put(ndev) };
+        Ok(name)
+    }
+}
+
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Device").field("name", &self.name()).finish()
+    }
+}
+
+/// A name copied out of a C string (device or interface name), at most `N - 1` bytes long.
+#[derive(Clone, Copy)]
+pub struct Name<const N: usize> {
+    buf: [u8; N],
+    len: usize,
+}
+
+impl<const N: usize> Name<N> {
+    /// Copies at most `N - 1` bytes of the NUL-terminated string at `ptr`.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` must be null or point to a NUL-terminated string that stays valid during the call.
+    unsafe fn copy_from(ptr: *const crate::ffi::c_char) -> Self {
+        let mut name = Name { buf: [0; N], len: 0 };
+        if ptr.is_null() {
+            return name;
+        }
+        while name.len + 1 < N {
+            // SAFETY: The string is NUL-terminated and we stop at the NUL, so every byte read
+            // is inside it.
+            let c = unsafe { *ptr.add(name.len) } as u8;
+            if c == 0 {
+                break;
+            }
+            name.buf[name.len] = c;
+            name.len += 1;
+        }
+        name
+    }
+
+    /// Returns the name as bytes, without the terminating NUL.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+
+    /// Returns the name as a C string.
+    pub fn as_cstr(&self) -> &CStr {
+        // SAFETY: `buf[len]` is NUL (the buffer starts zeroed and `len < N`), and no byte before
+        // it is NUL because `copy_from` stops at the first one.
+        unsafe { CStr::from_bytes_with_nul_unchecked(&self.buf[..=self.len]) }
+    }
+}
+
+impl<const N: usize> PartialEq<str> for Name<N> {
+    fn eq(&self, other: &str) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl<const N: usize> fmt::Display for Name<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self.as_cstr(), f)
+    }
+}
+
+impl<const N: usize> fmt::Debug for Name<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_cstr(), f)
+    }
+}
+
+/// The logical state of a port (`enum ib_port_state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PortState {
+    /// No state change (`IB_PORT_NOP`).
+    Nop,
+    /// Link down (`IB_PORT_DOWN`).
+    Down,
+    /// Link up, not yet configured (`IB_PORT_INIT`).
+    Init,
+    /// Configured, not yet active (`IB_PORT_ARMED`).
+    Armed,
+    /// Ready for traffic (`IB_PORT_ACTIVE`).
+    Active,
+    /// Active, pending a state change (`IB_PORT_ACTIVE_DEFER`).
+    ActiveDefer,
+    /// A value this wrapper does not know.
+    Unknown(u32),
+}
+
+impl PortState {
+    fn from_raw(state: bindings::ib_port_state) -> Self {
+        match state {
+            bindings::ib_port_state_IB_PORT_NOP => Self::Nop,
+            bindings::ib_port_state_IB_PORT_DOWN => Self::Down,
+            bindings::ib_port_state_IB_PORT_INIT => Self::Init,
+            bindings::ib_port_state_IB_PORT_ARMED => Self::Armed,
+            bindings::ib_port_state_IB_PORT_ACTIVE => Self::Active,
+            bindings::ib_port_state_IB_PORT_ACTIVE_DEFER => Self::ActiveDefer,
+            other => Self::Unknown(other),
+        }
+    }
+}
+
+/// The link layer under a port (`enum rdma_link_layer`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkLayer {
+    /// Not reported by the driver.
+    Unspecified,
+    /// InfiniBand.
+    Infiniband,
+    /// Ethernet: RoCE (soft-RoCE, `rdma_rxe`, included) or iWARP.
+    Ethernet,
+}
+
+impl LinkLayer {
+    fn from_raw(ll: bindings::rdma_link_layer) -> Self {
+        match ll {
+            bindings::rdma_link_layer_IB_LINK_LAYER_INFINIBAND => Self::Infiniband,
+            bindings::rdma_link_layer_IB_LINK_LAYER_ETHERNET => Self::Ethernet,
+            _ => Self::Unspecified,
+        }
+    }
+}
+
+/// An InfiniBand path MTU (`enum ib_mtu`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Mtu {
+    /// 256 bytes.
+    Mtu256,
+    /// 512 bytes.
+    Mtu512,
+    /// 1024 bytes.
+    Mtu1024,
+    /// 2048 bytes.
+    Mtu2048,
+    /// 4096 bytes.
+    Mtu4096,
+}
+
+impl Mtu {
+    fn from_raw(mtu: bindings::ib_mtu) -> Option<Self> {
+        match mtu {
+            bindings::ib_mtu_IB_MTU_256 => Some(Self::Mtu256),
+            bindings::ib_mtu_IB_MTU_512 => Some(Self::Mtu512),
+            bindings::ib_mtu_IB_MTU_1024 => Some(Self::Mtu1024),
+            bindings::ib_mtu_IB_MTU_2048 => Some(Self::Mtu2048),
+            bindings::ib_mtu_IB_MTU_4096 => Some(Self::Mtu4096),
+            _ => None,
+        }
+    }
+
+    /// Returns the MTU in bytes.
+    ///
+    /// ```
+    /// use kernel::rdma::device::Mtu;
+    ///
+    /// assert_eq!(Mtu::Mtu256.bytes(), 256);
+    /// assert_eq!(Mtu::Mtu4096.bytes(), 4096);
+    /// ```
+    pub fn bytes(self) -> u32 {
+        match self {
+            Self::Mtu256 => 256,
+            Self::Mtu512 => 512,
+            Self::Mtu1024 => 1024,
+            Self::Mtu2048 => 2048,
+            Self::Mtu4096 => 4096,
+        }
+    }
+}
+
+/// Attributes of a port, as returned by [`Device::query_port`] (`struct ib_port_attr`).
+pub struct PortAttr(bindings::ib_port_attr);
+
+impl PortAttr {
+    /// Logical port state.
+    pub fn state(&self) -> PortState {
+        PortState::from_raw(self.0.state)
+    }
+
+    /// Largest MTU the port supports, or `None` if the driver reports none.
+    pub fn max_mtu(&self) -> Option<Mtu> {
+        Mtu::from_raw(self.0.max_mtu)
+    }
+
+    /// MTU currently in effect on the link, or `None` if the driver reports none.
+    pub fn active_mtu(&self) -> Option<Mtu> {
+        Mtu::from_raw(self.0.active_mtu)
+    }
+
+    /// Number of entries in the port's GID table.
+    pub fn gid_tbl_len(&self) -> u32 {
+        self.0.gid_tbl_len.try_into().unwrap_or(0)
+    }
+
+    /// Number of entries in the port's P_Key table.
+    pub fn pkey_tbl_len(&self) -> u16 {
+        self.0.pkey_tbl_len
+    }
+
+    /// Largest message the port can send, in bytes.
+    pub fn max_msg_sz(&self) -> u32 {
+        self.0.max_msg_sz
+    }
+
+    /// Base LID of the port (InfiniBand only; zero on RoCE).
+    pub fn lid(&self) -> u32 {
+        self.0.lid
+    }
+}
+
+impl fmt::Debug for PortAttr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PortAttr")
+            .field("state", &self.state())
+            .field("active_mtu", &self.active_mtu())
+            .field("gid_tbl_len", &self.gid_tbl_len())
+            .finish()
+    }
+}

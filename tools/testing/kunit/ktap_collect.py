@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+"""Collect the KTAP suites of one or more guest console logs into one KTAP document.
+
+The kernel prints its built-in suites at boot under one KTAP header, and each
+module's suites, without a header, when the module loads; the guest's shell
+checks print suites of the same form. This script does not interpret results:
+it cuts every suite block out of the logs (dropping kernel timestamps and
+turning unrelated kernel lines inside a block into KTAP diagnostics), numbers
+them under a single header, and adds a failing suite for each thing that must
+fail the run but is not itself a KTAP result:
+
+  - an expected suite that never ran (module not loaded, guest died first),
+  - a suite cut off before its result line (a crash or a hang),
+  - a kernel splat (BUG, WARNING, lockdep, KASAN, Oops, ...) in a log,
+  - a guest that did not finish (timeout) or did not shut down cleanly.
+
+tools/testing/kunit/kunit.py (from the kernel tree) parses the result.
+"""
+
+import argparse
+import re
+import sys
+
+TIMESTAMP = re.compile(r'^\[\s*\d+\.\d+\]\s?')
+SUITE_START = re.compile(r'^ {4}KTAP version \d+$')
+SUBTEST = re.compile(r'^ {4}# Subtest: (\S+)')
+SUITE_RESULT = re.compile(r'^(not )?ok \d+ (\S+)(.*)$')
+KTAP_LINE = re.compile(r'^ {4,}(KTAP version|# |1\.\.|ok |not ok )')
+
+# Kernel messages that mean the kernel is broken, whatever the tests said.
+SPLATS = [
+    re.compile(p) for p in (
+        r'\bBUG:', r'\bWARNING:', r'\bOops\b', r'Kernel panic', r'kernel BUG at',
+        r'general protection fault', r'BUG: KASAN', r'UBSAN:',
+        r'possible circular locking', r'possible recursive locking',
+        r'inconsistent lock state', r'lockdep', r'scheduling while atomic',
+        r'sleeping function called from invalid context', r'soft lockup',
+        r'hard LOCKUP', r'blocked for more than \d+ seconds', r'rcu_sched self-detected stall',
+        r'rcu: INFO: rcu_.*stall', r'kmemleak: \d+ new suspected memory leaks',
+        r'unreferenced object 0x', r'Call Trace:',
+    )
+]
+# Lines that match a splat pattern but are not one.
+NOT_SPLATS = [
+    re.compile(p) for p in (
+        r'lockdep: Lockdep is enabled', r'Lock dependency validator',
+        r'kmemleak: Kernel memory leak detector', r'KernelAddressSanitizer initialized',
+    )
+]
+
+
+def clean(line):
+    line = line.rstrip('\r\n')
+    return TIMESTAMP.sub('', line)
+
+
+def suite_blocks(lines):
+    """Yields (name, lines, verdict) for each suite block in `lines`.
+
+    verdict is 'ok' or 'not ok' as the kernel printed it, or None if the block has no result.
+    """
+    block = None
+    name = None
+    for line in lines:
+        if SUITE_START.match(line):
+            if block is not None:
+                yield name, block, None
+            block, name = [line], None
+            continue
+        if block is None:
+            continue
+        m = SUBTEST.match(line)
+        if m and name is None:
+            name = m.group(1)
+            block.append(line)
+            continue
+        m = SUITE_RESULT.match(line)
+        if m:
+            if name is None or m.group(2) == name:
+                yield name, block, 'not ok' if m.group(1) else 'ok'
+                block = None
+                continue
+        if KTAP_LINE.match(line):
+            block.append(line)
+        elif line.strip():
+            # A kernel message printed while the suite ran: keep it as a diagnostic.
+            block.append('    # log: ' + line.strip())
+    if block is not None:
+        yield name, block, None
+
+
+def failing_suite(name, case, reason_lines):
+    out = ['    KTAP version 1', f'    # Subtest: {name}', '    1..1']
+    out += [f'    # {r}' for r in reason_lines]
+    out.append(f'    not ok 1 {case}')
+    return name, out, 'fail'
+
+
+def passing_suite(name, case):
+    return name, ['    KTAP version 1', f'    # Subtest: {name}', '    1..1', f'    ok 1 {case}'], 'ok'
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument('--expect', default='', help='comma-separated suites that must be present')
+    ap.add_argument('--guest', action='append', default=[],
+                    help='NAME=LOG=STATUS: a guest, its console log, and "ok" or why it failed')
+    ap.add_argument('--out', required=True)
+    args = ap.parse_args()
+
+    suites = []  # (name, lines, 'ok' | 'fail')
+    for spec in args.guest:
+        gname, log, status = spec.split('=', 2)
+        try:
+            with open(log, errors='replace') as f:
+                lines = [clean(line) for line in f]
+        except OSError as e:
+            lines = []
+            status = f'no console log: {e}'
+        for name, block, verdict in suite_blocks(lines):
+            name = name or 'unnamed'
+            if verdict is None:
+                block.append('    # the kernel log ended inside this suite (crash or hang)')
+                suites.append((name, block, 'fail'))
+            else:
+                suites.append((name, block, 'ok' if verdict == 'ok' else 'fail'))
+        splats = [line for line in lines
+                  if any(p.search(line) for p in SPLATS)
+                  and not any(p.search(line) for p in NOT_SPLATS)]
+        if splats:
+            suites.append(failing_suite(f'{gname}_kernel_log', 'no_kernel_splats',
+                                        ['kernel splat in ' + log + ':'] + splats[:20]))
+        else:
+            suites.append(passing_suite(f'{gname}_kernel_log', 'no_kernel_splats'))
+        if status == 'ok':
+            suites.append(passing_suite(f'{gname}_vm', 'completed'))
+        else:
+            suites.append(failing_suite(f'{gname}_vm', 'completed', [status]))
+
+    present = {s[0] for s in suites}
+    for want in filter(None, args.expect.split(',')):
+        if want not in present:
+            suites.append(failing_suite(want, 'suite_ran', [f'suite {want} did not run']))
+
+    with open(args.out, 'w') as out:
+        out.write('KTAP version 1\n')
+        out.write(f'1..{len(suites)}\n')
+        for i, (name, block, how) in enumerate(suites, 1):
+            for line in block:
+                out.write(line + '\n')
+            out.write(f'{"not ok" if how == "fail" else "ok"} {i} {name}\n')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,57 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# Build the guest's initramfs: busybox, iproute2 (ip, rdma), rdma-core tools
+# (rping, perftest, ibv_*) with their shared libraries and the rxe verbs
+# provider, the kernel's modules, the project's modules, and /init.
+. "$(dirname "$0")/lib.sh"
+
+out=$IMAGES/initramfs.cpio.gz
+root=$IMAGES/root
+rm -rf "$root"
+mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,lib,lib64,etc,proc,sys,dev,tmp,run,mnt,root,lib/modules/extra}
+
+cp /bin/busybox "$root/bin/busybox"
+for app in $("$root/bin/busybox" --list); do
+	[ -e "$root/bin/$app" ] || ln -s busybox "$root/bin/$app"
+done
+
+BINARIES=(/bin/ip /usr/bin/rdma /usr/bin/rping /usr/bin/udaddy /usr/bin/ucmatose
+	/usr/bin/ib_send_bw /usr/bin/ib_send_lat /usr/bin/ib_write_bw /usr/bin/ib_read_bw
+	/usr/bin/ibv_devinfo /usr/bin/ibv_devices /usr/bin/ibv_rc_pingpong /usr/bin/ibv_ud_pingpong)
+PROVIDERS=(/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so)
+# Loaded with dlopen (not seen by ldd): the verbs provider, and libgcc_s for
+# pthread_cancel at exit (rping aborts without it).
+EXTRA_LIBS=(/lib/x86_64-linux-gnu/libgcc_s.so.1)
+
+copy_with_parents() {
+	local f
+	for f; do
+		mkdir -p "$root$(dirname "$f")"
+		cp -L "$f" "$root$f"
+	done
+}
+libs_of() {
+	ldd "$@" 2>/dev/null | awk '/=> \//{print $3} /^\s*\/lib/{print $1}' | sort -u
+}
+for b in "${BINARIES[@]}"; do
+	[ -x "$b" ] || die "missing $b (run tools/testing/kunit/setup.sh)"
+	rm -f "$root/bin/$(basename "$b")"
+	cp -L "$b" "$root/bin/"
+done
+copy_with_parents "${PROVIDERS[@]}" "${EXTRA_LIBS[@]}" $(libs_of "${BINARIES[@]}" "${PROVIDERS[@]}")
+copy_with_parents /etc/libibverbs.d/rxe.driver
+echo 'root:x:0:0:root:/root:/bin/sh' > "$root/etc/passwd"
+echo 'root:x:0:' > "$root/etc/group"
+printf '127.0.0.1 localhost\n' > "$root/etc/hosts"
+
+# Kernel modules (rdma_rxe and its dependencies) with depmod's index.
+cp -a "$IMAGES/modroot/lib/modules" "$root/lib/"
+# The project's out-of-tree modules.
+cp "$MODBUILD/rdma_rust_ulp/rdma_rust_ulp.ko" "$MODBUILD/rdma_kunit/rdma_kunit.ko" "$root/lib/modules/extra/"
+
+cp "$KUNIT_DIR/guest-init.sh" "$root/init"
+chmod +x "$root/init"
+
+(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > "$out.tmp"
+mv "$out.tmp" "$out"
+log "initramfs: $out ($(du -h "$out" | cut -f1))"

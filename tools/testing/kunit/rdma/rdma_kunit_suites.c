@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * KUnit suites of kernel::rdma. The 6.12 kernel crate cannot declare a KUnit
+ * suite from Rust, so the suites are declared here and each case calls a Rust
+ * test function (rdma_kunit_tests.rs) that returns:
+ *   0        pass
+ *   -ENODEV  no RDMA device to test against: the case is SKIPPED, visibly
+ *   other    failure; the Rust side has logged what it expected and got
+ */
+
+#include <kunit/test.h>
+#include <linux/umh.h>
+
+/* Runs @cmd with /bin/sh in process context and returns its exit status. */
+int rdma_kunit_run(const char *cmd)
+{
+	char *argv[] = { "/bin/sh", "-c", (char *)cmd, NULL };
+	static char *envp[] = { "HOME=/", "PATH=/sbin:/bin:/usr/sbin:/usr/bin", NULL };
+	int ret;
+
+	ret = call_usermodehelper(argv[0], argv, envp, UMH_WAIT_PROC);
+	if (ret > 0)	/* a wait status: exit code in bits 8..15 */
+		ret = (ret >> 8) & 0xff;
+	return ret;
+}
+
+#define RDMA_KUNIT_CASE(fn)						\
+	int fn(void);							\
+	static void fn##_case(struct kunit *test)			\
+	{								\
+		int ret = fn();						\
+		if (ret == -ENODEV)					\
+			kunit_skip(test, "no rxe device: create one with "	\
+				   "'rdma link add rxe0 type rxe netdev eth0'"); \
+		KUNIT_EXPECT_EQ_MSG(test, ret, 0,			\
+				    "%s failed; see the lines above", #fn); \
+	}
+
+RDMA_KUNIT_CASE(rdma_kunit_client_add_each_device)
+RDMA_KUNIT_CASE(rdma_kunit_client_unregister_removes_all)
+RDMA_KUNIT_CASE(rdma_kunit_client_busy)
+RDMA_KUNIT_CASE(rdma_kunit_client_link_delete_and_add)
+RDMA_KUNIT_CASE(rdma_kunit_device_port_active)
+RDMA_KUNIT_CASE(rdma_kunit_device_bad_port)
+RDMA_KUNIT_CASE(rdma_kunit_device_lookup)
+
+static struct kunit_case rdma_client_cases[] = {
+	KUNIT_CASE(rdma_kunit_client_add_each_device_case),
+	KUNIT_CASE(rdma_kunit_client_unregister_removes_all_case),
+	KUNIT_CASE(rdma_kunit_client_busy_case),
+	KUNIT_CASE(rdma_kunit_client_link_delete_and_add_case),
+	{}
+};
+
+static struct kunit_suite rdma_client_suite = {
+	.name = "rdma_client",
+	.test_cases = rdma_client_cases,
+};
+
+static struct kunit_case rdma_device_cases[] = {
+	KUNIT_CASE(rdma_kunit_device_port_active_case),
+	KUNIT_CASE(rdma_kunit_device_bad_port_case),
+	KUNIT_CASE(rdma_kunit_device_lookup_case),
+	{}
+};
+
+static struct kunit_suite rdma_device_suite = {
+	.name = "rdma_device",
+	.test_cases = rdma_device_cases,
+};
+
+kunit_test_suites(&rdma_device_suite, &rdma_client_suite);

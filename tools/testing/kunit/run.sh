@@ -1,0 +1,156 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# `make test` and `make run`: build what changed, boot the VM(s), report.
+#
+#   run.sh test   one guest (loopback topology) + two guests (two RoCE hosts);
+#                 prints the KUnit report and ends with "N passed, N failed"
+#   run.sh run    one guest: rxe devices, the ULP attaching to them
+#
+# Environment: RDMA_RUST_CACHE (build cache), RDMA_RUST_LOGS (logs),
+# VM_TIMEOUT (seconds per boot, default 900), PEER_COUNT/PEER_SIZE (rping
+# between the two guests), TOPOLOGY=loopback|peers|all (default all).
+. "$(dirname "$0")/lib.sh"
+
+mode=${1:-test}
+VM_TIMEOUT=${VM_TIMEOUT:-900}
+TOPOLOGY=${TOPOLOGY:-all}
+PEER_COUNT=${PEER_COUNT:-500}
+PEER_SIZE=${PEER_SIZE:-4096}
+
+t0=$(date +%s)
+"$KUNIT_DIR/build.sh"
+"$KUNIT_DIR/mkinitramfs.sh"
+t_build=$(($(date +%s) - t0))
+
+run_dir=$LOGS/$mode-$(date +%Y%m%d-%H%M%S)
+mkdir -p "$run_dir"
+ln -sfn "$run_dir" "$LOGS/latest"
+
+# vm NAME CMDLINE [QEMU ARGS...]: boots one guest, console to $run_dir/NAME.log;
+# its status goes to $run_dir/NAME.status ("ok" or why not).
+vm() {
+	local name=$1 cmdline=$2 rc status
+	shift 2
+	local log=$run_dir/$name.log
+	timeout -k 10 "$VM_TIMEOUT" qemu-system-x86_64 \
+		-nographic -no-reboot -monitor none -cpu max -m 1024 \
+		-kernel "$KSRC/arch/x86/boot/bzImage" -initrd "$IMAGES/initramfs.cpio.gz" \
+		-append "console=ttyS0 panic=-1 oops=panic printk.devkmsg=on $cmdline" \
+		"$@" < /dev/null > "$log" 2>&1 && rc=0 || rc=$?
+	if [ $rc = 124 ] || [ $rc = 137 ]; then
+		status="timed out after ${VM_TIMEOUT}s (hang)"
+	elif [ $rc != 0 ]; then
+		status="qemu exited with $rc"
+	elif ! grep -q 'rdmatest: done' "$log"; then
+		status="guest stopped before its tests finished (panic?)"
+	else
+		status=ok
+	fi
+	echo "$status" > "$run_dir/$name.status"
+}
+
+free_port() {
+	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# Two guests joined by a QEMU socket backend (one listens, one connects): two
+# RoCE hosts, rxe0 on each guest's virtio-net NIC.
+peers() {
+	local port
+	port=$(free_port)
+	local common="rdmatest.count=$PEER_COUNT rdmatest.size=$PEER_SIZE"
+	vm peer-a "rdmatest=peer-a $common" -smp 1 \
+		-netdev socket,id=n0,listen=127.0.0.1:"$port" \
+		-device virtio-net-pci,netdev=n0,mac=52:54:00:88:00:01 &
+	local pa=$!
+	for _ in $(seq 50); do
+		ss -ltn | grep -q "127.0.0.1:$port " && break
+		sleep 0.2
+	done
+	vm peer-b "rdmatest=peer-b $common" -smp 1 \
+		-netdev socket,id=n0,connect=127.0.0.1:"$port" \
+		-device virtio-net-pci,netdev=n0,mac=52:54:00:88:00:02 &
+	local pb=$!
+	wait $pa $pb
+}
+
+if [ "$mode" = run ]; then
+	log "booting the VM (TCG; about a minute)"
+	vm run "rdmatest=run quiet" -smp 2 -net none
+	sed -n '/=== rdma-rust demo/,/rdmatest: done/p' "$run_dir/run.log" | grep -v 'rdmatest: done\|reboot:'
+	status=$(cat "$run_dir/run.status")
+	[ "$status" = ok ] || die "VM: $status (log: $run_dir/run.log)"
+	grep -q 'rdma_rust_ulp: rxe0: attached' "$run_dir/run.log" || die "the ULP did not attach (log: $run_dir/run.log)"
+	exit 0
+fi
+
+[ "$mode" = test ] || die "usage: run.sh test|run"
+
+guests=() expect=rust_doctests_kernel
+t1=$(date +%s)
+if [ "$TOPOLOGY" != peers ]; then
+	log "one guest, loopback topology (log: $run_dir/loopback.log)"
+	vm loopback "rdmatest=test" -smp 2 -net none &
+	lpid=$!
+fi
+if [ "$TOPOLOGY" != loopback ]; then
+	# The two-guest run waits for the loopback guest: three TCG guests on two
+	# cores make every timing in them meaningless.
+	[ -z "${lpid:-}" ] || wait "$lpid"
+	log "two guests, two RoCE hosts (logs: $run_dir/peer-a.log, $run_dir/peer-b.log)"
+	peers
+fi
+wait
+t_vm=$(($(date +%s) - t1))
+
+if [ "$TOPOLOGY" != peers ]; then
+	guests+=(--guest "loopback=$run_dir/loopback.log=$(cat "$run_dir/loopback.status")")
+	expect+=,rdma_setup,rdma_device,rdma_client,rdma_rust_ulp,rdma_loopback,rdma_leaks
+fi
+if [ "$TOPOLOGY" != loopback ]; then
+	guests+=(--guest "peer_a=$run_dir/peer-a.log=$(cat "$run_dir/peer-a.status")")
+	guests+=(--guest "peer_b=$run_dir/peer-b.log=$(cat "$run_dir/peer-b.status")")
+	expect+=,rdma_peer_a,rdma_peer_b
+fi
+
+python3 "$KUNIT_DIR/ktap_collect.py" --expect "$expect" "${guests[@]}" --out "$run_dir/results.ktap"
+python3 "$KSRC/tools/testing/kunit/kunit.py" parse --json="$run_dir/results.json" \
+	< "$run_dir/results.ktap" | tee "$run_dir/kunit.txt" || true
+grep -h 'rdmatest: rping' "$run_dir"/peer-b.log 2>/dev/null | sed 's/^\[[ 0-9.]*\] //' || true
+
+log "build ${t_build}s, VMs ${t_vm}s; logs in $run_dir"
+rc=0
+python3 - "$run_dir/results.json" "$KUNIT_DIR/known-upstream-failures" <<'EOF' || rc=$?
+import json, sys
+tree = json.load(open(sys.argv[1]))
+known = {l.strip() for l in open(sys.argv[2]) if l.strip() and not l.startswith('#')}
+passed = failed = skipped = 0
+known_failed, our_skips, failures = [], [], []
+def walk(group, suite):
+    global passed, failed, skipped
+    for sub in group.get('sub_groups', []):
+        walk(sub, sub['name'])
+    for case in group.get('test_cases', []):
+        name, status = case['name'], case['status']
+        if status == 'PASS':
+            passed += 1
+        elif status == 'SKIP':
+            skipped += 1
+            if not suite.startswith('rust_doctests'):
+                our_skips.append(f'{suite}.{name}')
+        elif name in known:
+            known_failed.append(f'{suite}.{name}')
+        else:
+            failed += 1
+            failures.append(f'{suite}.{name}')
+walk(tree, '')
+for f in failures:
+    print(f'FAILED: {f}')
+for k in known_failed:
+    print(f'known upstream failure (not ours; neither passed nor failed): {k}')
+for s in our_skips:
+    print(f'SKIPPED (the harness must provide what it needs): {s}')
+print(f'{passed} passed, {failed} failed, {skipped} skipped')
+sys.exit(1 if failed or our_skips or passed == 0 else 0)
+EOF
+exit $rc
