@@ -7,11 +7,11 @@
 //! device goes away (`rdma link delete`, driver unload) or the module unloads, the state is
 //! handed back and freed.
 
-use kernel::prelude::*;
 use kernel::rdma::{
     client::{Client, ClientStorage},
     device::{Device, LinkLayer, Name, PortState, NAME_MAX},
 };
+use kernel::{c_str, prelude::*};
 
 kernel::module_ib_client! {
     type: RustUlp,
@@ -65,9 +65,9 @@ impl Client for RustUlp {
                 Ok(ndev) => pr_info!(
                     "{name}: port {port} {state} link_layer {ll} active_mtu {mtu} netdev {ndev}\n"
                 ),
-                Err(_) => pr_info!(
-                    "{name}: port {port} {state} link_layer {ll} active_mtu {mtu}\n"
-                ),
+                Err(_) => {
+                    pr_info!("{name}: port {port} {state} link_layer {ll} active_mtu {mtu}\n")
+                }
             }
         }
         let data = KBox::new(UlpDevice { name }, GFP_KERNEL)?;

@@ -106,7 +106,11 @@ impl Device {
     pub fn name(&self) -> Name<NAME_MAX> {
         // SAFETY: `self.as_raw()` is valid (invariant); `dev_name` returns a NUL-terminated
         // string owned by the device's kobject, copied before returning.
-        unsafe { Name::copy_from(bindings::dev_name(&raw const (*self.as_raw()).dev)) }
+        unsafe {
+            Name::copy_from(bindings::dev_name(
+                &raw const (*self.as_raw()).__bindgen_anon_1.dev,
+            ))
+        }
     }
 
     /// Returns the node GUID, in host byte order.
@@ -177,7 +181,9 @@ impl Device {
 
 impl fmt::Debug for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Device").field("name", &self.name()).finish()
+        f.debug_struct("Device")
+            .field("name", &self.name())
+            .finish()
     }
 }
 
@@ -195,14 +201,18 @@ impl<const N: usize> Name<N> {
     ///
     /// `ptr` must be null or point to a NUL-terminated string that stays valid during the call.
     unsafe fn copy_from(ptr: *const crate::ffi::c_char) -> Self {
-        let mut name = Name { buf: [0; N], len: 0 };
+        let mut name = Name {
+            buf: [0; N],
+            len: 0,
+        };
         if ptr.is_null() {
             return name;
         }
+        let ptr = ptr.cast::<u8>();
         while name.len + 1 < N {
             // SAFETY: The string is NUL-terminated and we stop at the NUL, so every byte read
             // is inside it.
-            let c = unsafe { *ptr.add(name.len) } as u8;
+            let c = unsafe { *ptr.add(name.len) };
             if c == 0 {
                 break;
             }

@@ -37,9 +37,12 @@ extern "C" {
     fn rdma_kunit_run(cmd: *const c_char) -> c_int;
 }
 
-/// What the test client saw: devices it is attached to, and states alive.
+/// What the test client saw: the devices it is attached to, and those it was removed from.
+#[pin_data]
 struct Tracker {
+    #[pin]
     attached: Mutex<KVec<Name<NAME_MAX>>>,
+    #[pin]
     removed: Mutex<KVec<Name<NAME_MAX>>>,
 }
 
@@ -91,8 +94,15 @@ impl Drop for DevState {
         LIVE.fetch_sub(1, Ordering::Relaxed);
         if let Ok(t) = tracker() {
             let mut attached = t.attached.lock();
-            if let Some(i) = attached.iter().position(|n| n.as_bytes() == self.name.as_bytes()) {
-                attached.remove(i);
+            let len = attached.len();
+            if let Some(i) = attached
+                .iter()
+                .position(|n| n.as_bytes() == self.name.as_bytes())
+            {
+                attached.as_mut_slice().swap(i, len - 1);
+                // SAFETY: `len - 1 < len` initialised elements remain; `Name` is `Copy`, so
+                // the element cut off needs no drop.
+                unsafe { attached.set_len(len - 1) };
             }
             drop(attached);
             // Best effort: a failed push only makes a later check fail, visibly.
@@ -195,10 +205,20 @@ extern "C" fn rdma_kunit_client_unregister_removes_all() -> c_int {
         let n = rxe_devices()?.len();
         let before = tracker()?.removed.lock().len();
         let reg = Registration::<TestClient>::new()?;
-        check!(LIVE.load(Ordering::Relaxed) >= n, "add() was not called for all devices");
+        check!(
+            LIVE.load(Ordering::Relaxed) >= n,
+            "add() was not called for all devices"
+        );
         drop(reg);
-        check!(LIVE.load(Ordering::Relaxed) == 0, "{} device states leaked", LIVE.load(Ordering::Relaxed));
-        check!(tracker()?.attached.lock().is_empty(), "devices still attached after unregister");
+        check!(
+            LIVE.load(Ordering::Relaxed) == 0,
+            "{} device states leaked",
+            LIVE.load(Ordering::Relaxed)
+        );
+        check!(
+            tracker()?.attached.lock().is_empty(),
+            "devices still attached after unregister"
+        );
         let removed = tracker()?.removed.lock().len().saturating_sub(before);
         check!(removed >= n, "remove() ran {removed} times for {n} devices");
         Ok(())
@@ -238,7 +258,10 @@ extern "C" fn rdma_kunit_client_link_delete_and_add() -> c_int {
         let live = LIVE.load(Ordering::Relaxed);
 
         let status = run(fmt!("rdma link delete {name}"))?;
-        check!(status == 0, "'rdma link delete {name}' exited with {status}");
+        check!(
+            status == 0,
+            "'rdma link delete {name}' exited with {status}"
+        );
         check!(!is_attached(&name)?, "remove() was not called for {name}");
         check!(
             LIVE.load(Ordering::Relaxed) == live.saturating_sub(1),
@@ -246,15 +269,31 @@ extern "C" fn rdma_kunit_client_link_delete_and_add() -> c_int {
             LIVE.load(Ordering::Relaxed),
             live.saturating_sub(1)
         );
-        check!(Device::get_by_name(name.as_cstr()).is_none(), "{name} still registered");
+        check!(
+            Device::get_by_name(name.as_cstr()).is_none(),
+            "{name} still registered"
+        );
 
         let status = run(fmt!("rdma link add {name} type rxe netdev {ndev}"))?;
-        check!(status == 0, "'rdma link add {name} type rxe netdev {ndev}' exited with {status}");
-        check!(is_attached(&name)?, "add() was not called for the re-added {name}");
-        check!(LIVE.load(Ordering::Relaxed) == live, "state count did not come back");
+        check!(
+            status == 0,
+            "'rdma link add {name} type rxe netdev {ndev}' exited with {status}"
+        );
+        check!(
+            is_attached(&name)?,
+            "add() was not called for the re-added {name}"
+        );
+        check!(
+            LIVE.load(Ordering::Relaxed) == live,
+            "state count did not come back"
+        );
         let dev = Device::get_by_name(name.as_cstr()).ok_or(ENODEV)?;
         let attr = dev.query_port(*dev.ports().start())?;
-        check!(attr.state() == PortState::Active, "re-added {name} port is {:?}", attr.state());
+        check!(
+            attr.state() == PortState::Active,
+            "re-added {name} port is {:?}",
+            attr.state()
+        );
         drop(dev);
         drop(reg);
         check!(LIVE.load(Ordering::Relaxed) == 0, "device states leaked");
@@ -268,11 +307,22 @@ extern "C" fn rdma_kunit_device_port_active() -> c_int {
     ret((|| {
         for dev in rxe_devices()?.iter() {
             let name = dev.name();
-            check!(dev.ports() == (1..=1), "{name}: ports {:?}, rxe has exactly port 1", dev.ports());
+            check!(
+                dev.ports() == (1..=1),
+                "{name}: ports {:?}, rxe has exactly port 1",
+                dev.ports()
+            );
             for port in dev.ports() {
                 let attr = dev.query_port(port)?;
-                check!(attr.state() == PortState::Active, "{name}/{port}: {:?}", attr.state());
-                check!(dev.link_layer(port)? == LinkLayer::Ethernet, "{name}/{port}: not Ethernet");
+                check!(
+                    attr.state() == PortState::Active,
+                    "{name}/{port}: {:?}",
+                    attr.state()
+                );
+                check!(
+                    dev.link_layer(port)? == LinkLayer::Ethernet,
+                    "{name}/{port}: not Ethernet"
+                );
                 check!(attr.active_mtu().is_some(), "{name}/{port}: no active MTU");
                 check!(attr.gid_tbl_len() > 0, "{name}/{port}: empty GID table");
                 let ndev = dev.netdev_name(port)?;
@@ -291,9 +341,18 @@ extern "C" fn rdma_kunit_device_bad_port() -> c_int {
         for dev in rxe_devices()?.iter() {
             let bad = *dev.ports().end() + 1;
             for port in [0, bad, u32::MAX] {
-                check!(dev.query_port(port).err() == Some(EINVAL), "query_port({port})");
-                check!(dev.link_layer(port).err() == Some(EINVAL), "link_layer({port})");
-                check!(dev.netdev_name(port).err() == Some(EINVAL), "netdev_name({port})");
+                check!(
+                    dev.query_port(port).err() == Some(EINVAL),
+                    "query_port({port})"
+                );
+                check!(
+                    dev.link_layer(port).err() == Some(EINVAL),
+                    "link_layer({port})"
+                );
+                check!(
+                    dev.netdev_name(port).err() == Some(EINVAL),
+                    "netdev_name({port})"
+                );
             }
         }
         Ok(())
@@ -313,7 +372,10 @@ extern "C" fn rdma_kunit_device_lookup() -> c_int {
             );
             check!(again.node_guid() == dev.node_guid(), "{name}: GUID differs");
         }
-        check!(Device::get_by_name(c_str!("rxe-missing")).is_none(), "found a missing device");
+        check!(
+            Device::get_by_name(c_str!("rxe-missing")).is_none(),
+            "found a missing device"
+        );
         Ok(())
     })())
 }
