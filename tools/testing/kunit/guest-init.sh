@@ -10,7 +10,10 @@
 #                         a is 10.88.0.1 (rping server), b 10.88.0.2 (client)
 # Results are printed as KTAP suites on /dev/kmsg, next to the kernel's own.
 
-export PATH=/bin:/sbin:/usr/bin:/usr/sbin
+export PATH=/usr/bin:/bin:/sbin:/usr/sbin
+# busybox sh prefers its applets to PATH for bare names; iproute2's ip is
+# needed (busybox ip cannot create veth pairs).
+ip() { /usr/bin/ip "$@"; }
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev 2>/dev/null
@@ -79,6 +82,12 @@ wait_for() {
 port_active() { rdma link show "$1/1" | grep -q 'state ACTIVE'; }
 add_rxe() {
 	rdma link add "$1" type rxe netdev "$2" && wait_for 10 port_active "$1"
+}
+# rxe's protocol counters (retransmissions, sequence errors, RNR), one line.
+counters() {
+	for f in /sys/class/infiniband/"$1"/ports/1/hw_counters/*; do
+		v=$(cat "$f"); [ "$v" = 0 ] || printf '%s=%s ' "${f##*/}" "$v"
+	done
 }
 dmesg_count() { dmesg | grep -c "$1"; }
 uptime_ms() { read -r up _ < /proc/uptime; echo $(( ${up%.*} * 1000 + 10 * ${up#*.} )); }
@@ -207,6 +216,7 @@ mode_peer_a() {
 	check ping_peer wait_for 60 ping -c 1 -W 1 10.88.0.2
 	# One connection: the client's run; -V verifies every payload.
 	check rping_server timeout 240 rping -s -a 10.88.0.1 -C "$count" -S "$size" -V
+	kmsg "rdmatest: peer-a rxe0 counters: $(counters rxe0)"
 	suite_end
 }
 
@@ -233,6 +243,7 @@ mode_peer_b() {
 		while IFS= read -r l; do set -- "$@" "$l"; done < /tmp/rping
 		case_fail "rping_${size}B_x${count}" "$@"
 	fi
+	kmsg "rdmatest: peer-b rxe0 counters: $(counters rxe0)"
 	kmsg "rdmatest: rping $count x $size B to the peer took $ms ms ($(( ms * 1000 / count )) us per round trip); ping: $(cat /tmp/ping)"
 	suite_end
 }

@@ -34,7 +34,7 @@ SPLATS = [
         r'\bBUG:', r'\bWARNING:', r'\bOops\b', r'Kernel panic', r'kernel BUG at',
         r'general protection fault', r'BUG: KASAN', r'UBSAN:',
         r'possible circular locking', r'possible recursive locking',
-        r'inconsistent lock state', r'lockdep', r'scheduling while atomic',
+        r'inconsistent lock state', r'scheduling while atomic', r'DEBUG_LOCKS_WARN_ON',
         r'sleeping function called from invalid context', r'soft lockup',
         r'hard LOCKUP', r'blocked for more than \d+ seconds', r'rcu_sched self-detected stall',
         r'rcu: INFO: rcu_.*stall', r'kmemleak: \d+ new suspected memory leaks',

@@ -31,12 +31,13 @@ copy_with_parents() {
 	done
 }
 libs_of() {
-	ldd "$@" 2>/dev/null | awk '/=> \//{print $3} /^\s*\/lib/{print $1}' | sort -u
+	ldd "$@" 2>/dev/null | awk '/=> \//{print $3} /^[ \t]*\/lib/{print $1}' | sort -u
 }
+# Into /usr/bin: busybox's shell runs its own applets (its `ip` cannot make
+# veth pairs) for bare command names, so the init script calls these by path.
 for b in "${BINARIES[@]}"; do
 	[ -x "$b" ] || die "missing $b (run tools/testing/kunit/setup.sh)"
-	rm -f "$root/bin/$(basename "$b")"
-	cp -L "$b" "$root/bin/"
+	cp -L "$b" "$root/usr/bin/"
 done
 copy_with_parents "${PROVIDERS[@]}" "${EXTRA_LIBS[@]}" $(libs_of "${BINARIES[@]}" "${PROVIDERS[@]}")
 copy_with_parents /etc/libibverbs.d/rxe.driver

@@ -17,8 +17,11 @@ TOPOLOGY=${TOPOLOGY:-all}
 PEER_COUNT=${PEER_COUNT:-500}
 PEER_SIZE=${PEER_SIZE:-4096}
 
+BZIMAGE=${BZIMAGE:-$KSRC/arch/x86/boot/bzImage}
+
 t0=$(date +%s)
-"$KUNIT_DIR/build.sh"
+# SKIP_BUILD=1 re-runs the VMs on what was built last.
+[ -n "${SKIP_BUILD:-}" ] || "$KUNIT_DIR/build.sh"
 "$KUNIT_DIR/mkinitramfs.sh"
 t_build=$(($(date +%s) - t0))
 
@@ -33,9 +36,9 @@ vm() {
 	shift 2
 	local log=$run_dir/$name.log
 	timeout -k 10 "$VM_TIMEOUT" qemu-system-x86_64 \
-		-nographic -no-reboot -monitor none -cpu max -m 1024 \
-		-kernel "$KSRC/arch/x86/boot/bzImage" -initrd "$IMAGES/initramfs.cpio.gz" \
-		-append "console=ttyS0 panic=-1 oops=panic printk.devkmsg=on $cmdline" \
+		-nographic -no-reboot -monitor none -cpu max,la57=off -m 1024 \
+		-kernel "$BZIMAGE" -initrd "$IMAGES/initramfs.cpio.gz" \
+		-append "console=ttyS0 panic=-1 oops=panic printk.devkmsg=on acpi=noirq $cmdline" \
 		"$@" < /dev/null > "$log" 2>&1 && rc=0 || rc=$?
 	if [ $rc = 124 ] || [ $rc = 137 ]; then
 		status="timed out after ${VM_TIMEOUT}s (hang)"

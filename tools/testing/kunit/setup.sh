@@ -6,7 +6,7 @@
 
 PACKAGES=(
 	# kernel source and toolchain (see ../shared/rdma-facts.md)
-	linux-source-6.12 rustc-web rust-web-src rust-web-clippy
+	linux-source-6.12 rustc-web rust-web-src rust-web-clippy rustfmt-web
 	clang lld llvm libclang-dev flex bison bc libelf-dev libssl-dev
 	make xz-utils cpio kmod python3
 	# the VM and its userspace
