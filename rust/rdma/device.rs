@@ -179,6 +179,179 @@ impl Device {
     }
 }
 
+impl Device {
+    /// Returns the device's capabilities (`ib_device.attrs`), fixed at registration.
+    pub fn attrs(&self) -> DeviceAttr<'_> {
+        // SAFETY: `self.as_raw()` is valid (invariant); `attrs` is filled in by the driver
+        // before registration and not changed afterwards.
+        DeviceAttr(unsafe { &(*self.as_raw()).attrs })
+    }
+
+    /// The number of completion vectors (interrupts) a CQ may be bound to.
+    pub fn num_comp_vectors(&self) -> u32 {
+        // SAFETY: `self.as_raw()` is valid (invariant); the field is fixed at registration.
+        u32::try_from(unsafe { (*self.as_raw()).num_comp_vectors }).unwrap_or(0)
+    }
+
+    /// Returns entry `index` of the GID table of `port` (`rdma_get_gid_attr`).
+    ///
+    /// `EINVAL` for a port outside [`Device::ports`]; `ENOENT` (or `EINVAL`) for an empty or
+    /// out-of-range index. May sleep.
+    pub fn gid(&self, port: u32, index: u32) -> Result<GidEntry> {
+        self.check_port(port)?;
+        let index_c = i32::try_from(index).map_err(|_| EINVAL)?;
+        // SAFETY: `self.as_raw()` is valid and `port` has been checked; the core checks `index`.
+        let attr = unsafe { bindings::rdma_get_gid_attr(self.as_raw(), port, index_c) };
+        let attr = crate::error::from_err_ptr(attr.cast_mut())?;
+        // SAFETY: `rdma_get_gid_attr` returned a held, valid entry.
+        let (raw, gid_type) = unsafe { ((*attr).gid.raw, (*attr).gid_type) };
+        // SAFETY: Gives back the reference `rdma_get_gid_attr` took.
+        unsafe { bindings::rdma_put_gid_attr(attr) };
+        Ok(GidEntry {
+            gid: Gid(raw),
+            index,
+            roce_v2: gid_type == bindings::ib_gid_type_IB_GID_TYPE_ROCE_UDP_ENCAP,
+            // `::ffff:a.b.c.d`
+            ipv4: raw[..10].iter().all(|&b| b == 0) && raw[10..12] == [0xff, 0xff],
+        })
+    }
+
+    /// Finds the GID of `port` through which RoCE traffic of this kernel can flow: a RoCE v2
+    /// GID that maps an IPv4 address (`::ffff:a.b.c.d`), or else the first valid GID.
+    ///
+    /// `ENOENT` when the table holds no valid GID (for instance no address on the netdev).
+    pub fn find_gid(&self, port: u32) -> Result<GidEntry> {
+        let len = self.query_port(port)?.gid_tbl_len();
+        let mut first = None;
+        for i in 0..len {
+            let Ok(g) = self.gid(port, i) else { continue };
+            if g.roce_v2 && g.ipv4 {
+                return Ok(g);
+            }
+            first.get_or_insert(g);
+        }
+        first.ok_or(ENOENT)
+    }
+}
+
+/// A GID (`union ib_gid`): the 128-bit address of a port, an IPv6 or IPv4-mapped address on
+/// RoCE.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Gid(pub [u8; 16]);
+
+impl fmt::Display for Gid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, pair) in self.0.chunks(2).enumerate() {
+            if i > 0 {
+                f.write_str(":")?;
+            }
+            write!(f, "{:02x}{:02x}", pair[0], pair[1])?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Gid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// An entry of a port's GID table, as returned by [`Device::gid`].
+#[derive(Clone, Copy, Debug)]
+pub struct GidEntry {
+    /// The GID.
+    pub gid: Gid,
+    /// Its index in the table (the `sgid_index` of address vectors).
+    pub index: u32,
+    /// Whether it is a RoCE v2 (UDP-encapsulated) GID.
+    pub roce_v2: bool,
+    /// Whether it maps an IPv4 address.
+    pub ipv4: bool,
+}
+
+/// A device's capabilities (`struct ib_device_attr`), as returned by [`Device::attrs`].
+pub struct DeviceAttr<'a>(&'a bindings::ib_device_attr);
+
+/// Converts a C `int` limit to `u32`, treating a negative value as "none".
+fn limit(v: i32) -> u32 {
+    u32::try_from(v).unwrap_or(0)
+}
+
+impl DeviceAttr<'_> {
+    /// Largest number of outstanding work requests on one queue of a QP.
+    pub fn max_qp_wr(&self) -> u32 {
+        limit(self.0.max_qp_wr)
+    }
+
+    /// Largest number of scatter/gather entries of a send work request.
+    pub fn max_send_sge(&self) -> u32 {
+        limit(self.0.max_send_sge)
+    }
+
+    /// Largest number of scatter/gather entries of a receive work request.
+    pub fn max_recv_sge(&self) -> u32 {
+        limit(self.0.max_recv_sge)
+    }
+
+    /// Largest number of entries of a CQ.
+    pub fn max_cqe(&self) -> u32 {
+        limit(self.0.max_cqe)
+    }
+
+    /// Largest number of outstanding RDMA READs and atomics a QP can be the target of.
+    pub fn max_qp_rd_atom(&self) -> u32 {
+        limit(self.0.max_qp_rd_atom)
+    }
+
+    /// Largest number of outstanding RDMA READs and atomics a QP can initiate.
+    pub fn max_qp_init_rd_atom(&self) -> u32 {
+        limit(self.0.max_qp_init_rd_atom)
+    }
+
+    /// Whether atomic operations are supported (`atomic_cap != IB_ATOMIC_NONE`).
+    pub fn has_atomics(&self) -> bool {
+        self.0.atomic_cap != bindings::ib_atomic_cap_IB_ATOMIC_NONE
+    }
+
+    /// Largest number of pages a fast-registered memory region can map.
+    pub fn max_fast_reg_page_list_len(&self) -> u32 {
+        self.0.max_fast_reg_page_list_len
+    }
+
+    /// Largest number of memory regions.
+    pub fn max_mr(&self) -> u32 {
+        limit(self.0.max_mr)
+    }
+
+    /// Largest number of work requests of a shared receive queue.
+    pub fn max_srq_wr(&self) -> u32 {
+        limit(self.0.max_srq_wr)
+    }
+
+    /// Largest number of scatter/gather entries of a shared receive queue's work requests.
+    pub fn max_srq_sge(&self) -> u32 {
+        limit(self.0.max_srq_sge)
+    }
+
+    /// Largest message size of a memory region.
+    pub fn max_mr_size(&self) -> u64 {
+        self.0.max_mr_size
+    }
+}
+
+impl fmt::Debug for DeviceAttr<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceAttr")
+            .field("max_qp_wr", &self.max_qp_wr())
+            .field("max_send_sge", &self.max_send_sge())
+            .field("max_cqe", &self.max_cqe())
+            .field("max_qp_rd_atom", &self.max_qp_rd_atom())
+            .field("atomics", &self.has_atomics())
+            .finish()
+    }
+}
+
 impl fmt::Debug for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Device")
@@ -331,6 +504,16 @@ impl Mtu {
             bindings::ib_mtu_IB_MTU_2048 => Some(Self::Mtu2048),
             bindings::ib_mtu_IB_MTU_4096 => Some(Self::Mtu4096),
             _ => None,
+        }
+    }
+
+    pub(crate) fn to_raw(self) -> bindings::ib_mtu {
+        match self {
+            Self::Mtu256 => bindings::ib_mtu_IB_MTU_256,
+            Self::Mtu512 => bindings::ib_mtu_IB_MTU_512,
+            Self::Mtu1024 => bindings::ib_mtu_IB_MTU_1024,
+            Self::Mtu2048 => bindings::ib_mtu_IB_MTU_2048,
+            Self::Mtu4096 => bindings::ib_mtu_IB_MTU_4096,
         }
     }
 

@@ -15,8 +15,17 @@
 //!
 //! Reference: <https://docs.kernel.org/infiniband/core_locking.html>
 
+pub mod addr;
+pub mod ah;
 pub mod client;
+pub mod cq;
 pub mod device;
+pub mod dma;
+pub mod mr;
+pub mod pd;
+pub mod qp;
+pub mod sync;
+pub mod wr;
 
 /// Declares a kernel module whose only job is to register one [`client::Client`].
 ///

@@ -19,8 +19,12 @@ if [ ! -e "$applied" ] || [ "$patches" != "$(cat "$applied")" ]; then
 	if [ -e "$applied" ]; then
 		log "reverting the previous overlay patches"
 		patch -d "$KSRC" -p1 -R -s < "$applied"
+		rm -f "$applied"
 	fi
 	log "applying overlay patches"
+	# Dry run first: a patch that does not apply must leave the tree untouched.
+	printf '%s\n' "$patches" | patch -d "$KSRC" -p1 -s -N --dry-run > /dev/null ||
+		die "the overlay patches do not apply to $KSRC (remove it to start from a fresh tree)"
 	printf '%s\n' "$patches" | patch -d "$KSRC" -p1 -s -N
 	printf '%s\n' "$patches" > "$applied"
 fi

@@ -141,6 +141,7 @@ mode_test() {
 	# kernel::rdma KUnit suites: they run when the module loads.
 	insmod /lib/modules/extra/rdma_kunit.ko || say "rdmatest: insmod rdma_kunit failed"
 	rmmod rdma_kunit
+	kmsg "rdmatest: after rdma_kunit: rxe0 counters: $(counters rxe0)"
 
 	# The ULP: attaches to each device, follows link delete/add, detaches on rmmod.
 	suite_begin rdma_rust_ulp

@@ -108,7 +108,7 @@ t_vm=$(($(date +%s) - t1))
 
 if [ "$TOPOLOGY" != peers ]; then
 	guests+=(--guest "loopback=$run_dir/loopback.log=$(cat "$run_dir/loopback.status")")
-	expect+=,rdma_setup,rdma_device,rdma_client,rdma_rust_ulp,rdma_loopback,rdma_leaks
+	expect+=,rdma_setup,rdma_device,rdma_verbs,rdma_client,rdma_rust_ulp,rdma_loopback,rdma_leaks
 fi
 if [ "$TOPOLOGY" != loopback ]; then
 	guests+=(--guest "peer_a=$run_dir/peer-a.log=$(cat "$run_dir/peer-a.status")")

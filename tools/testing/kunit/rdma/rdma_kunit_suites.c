@@ -43,6 +43,19 @@ RDMA_KUNIT_CASE(rdma_kunit_client_link_delete_and_add)
 RDMA_KUNIT_CASE(rdma_kunit_device_port_active)
 RDMA_KUNIT_CASE(rdma_kunit_device_bad_port)
 RDMA_KUNIT_CASE(rdma_kunit_device_lookup)
+RDMA_KUNIT_CASE(rdma_kunit_verbs_pd_cq)
+RDMA_KUNIT_CASE(rdma_kunit_verbs_rc_send_recv)
+RDMA_KUNIT_CASE(rdma_kunit_verbs_rc_write_read)
+RDMA_KUNIT_CASE(rdma_kunit_verbs_rc_atomics)
+RDMA_KUNIT_CASE(rdma_kunit_verbs_ud_send_recv)
+RDMA_KUNIT_CASE(rdma_kunit_verbs_inline)
+RDMA_KUNIT_CASE(rdma_kunit_verbs_post_list)
+RDMA_KUNIT_CASE(rdma_kunit_verbs_depth_and_flush)
+RDMA_KUNIT_CASE(rdma_kunit_verbs_bad_rkey)
+RDMA_KUNIT_CASE(rdma_kunit_verbs_rnr)
+RDMA_KUNIT_CASE(rdma_kunit_verbs_drop_drains)
+RDMA_KUNIT_CASE(rdma_kunit_verbs_cq_overrun)
+RDMA_KUNIT_CASE(rdma_kunit_verbs_poll_contexts)
 
 static struct kunit_case rdma_client_cases[] = {
 	KUNIT_CASE(rdma_kunit_client_add_each_device_case),
@@ -69,4 +82,26 @@ static struct kunit_suite rdma_device_suite = {
 	.test_cases = rdma_device_cases,
 };
 
-kunit_test_suites(&rdma_device_suite, &rdma_client_suite);
+static struct kunit_case rdma_verbs_cases[] = {
+	KUNIT_CASE(rdma_kunit_verbs_pd_cq_case),
+	KUNIT_CASE(rdma_kunit_verbs_rc_send_recv_case),
+	KUNIT_CASE(rdma_kunit_verbs_rc_write_read_case),
+	KUNIT_CASE(rdma_kunit_verbs_rc_atomics_case),
+	KUNIT_CASE(rdma_kunit_verbs_ud_send_recv_case),
+	KUNIT_CASE(rdma_kunit_verbs_inline_case),
+	KUNIT_CASE(rdma_kunit_verbs_post_list_case),
+	KUNIT_CASE(rdma_kunit_verbs_depth_and_flush_case),
+	KUNIT_CASE(rdma_kunit_verbs_bad_rkey_case),
+	KUNIT_CASE(rdma_kunit_verbs_rnr_case),
+	KUNIT_CASE(rdma_kunit_verbs_drop_drains_case),
+	KUNIT_CASE(rdma_kunit_verbs_cq_overrun_case),
+	KUNIT_CASE(rdma_kunit_verbs_poll_contexts_case),
+	{}
+};
+
+static struct kunit_suite rdma_verbs_suite = {
+	.name = "rdma_verbs",
+	.test_cases = rdma_verbs_cases,
+};
+
+kunit_test_suites(&rdma_device_suite, &rdma_verbs_suite, &rdma_client_suite);

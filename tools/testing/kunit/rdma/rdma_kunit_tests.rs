@@ -169,6 +169,8 @@ fn run(cmd: Arguments<'_>) -> Result<c_int> {
     Ok(status)
 }
 
+mod verbs;
+
 fn ret(r: Result) -> c_int {
     match r {
         Ok(()) => 0,

@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Address handles (`struct ib_ah`): where a UD datagram goes.
+//!
+//! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
+
+use super::{
+    addr::resolve_dmac,
+    device::{Gid, LinkLayer},
+    pd::Pd,
+    sync::might_sleep,
+};
+use crate::{
+    bindings,
+    error::{code::*, from_err_ptr, Result},
+    sync::Arc,
+};
+
+/// An address handle for UD sends to the port with GID `dgid`.
+///
+/// A UD send names its AH by reference ([`SendOps::send_ud`](super::wr::SendOps::send_ud)), so
+/// the request's owner keeps an `Arc<Ah>` and the AH outlives every request using it.
+///
+/// # Invariants
+///
+/// `ptr` is an AH created on `pd`, valid until `Ah` is dropped.
+pub struct Ah {
+    ptr: *mut bindings::ib_ah,
+    pd: Arc<Pd>,
+}
+
+// SAFETY: An AH may be used and destroyed from any thread.
+unsafe impl Send for Ah {}
+// SAFETY: `&Ah` only lends the pointer to posts, which the driver serialises.
+unsafe impl Sync for Ah {}
+
+impl Ah {
+    /// Creates an AH from local `port` to the RoCE port with GID `dgid` (`rdma_create_ah`,
+    /// with the destination MAC resolved through the neighbour table first). Sleeps.
+    ///
+    /// `EINVAL` for a port outside the device, `EOPNOTSUPP` for a port that is not RoCE,
+    /// `ENOENT` when the port has no usable source GID.
+    pub fn new(pd: &Arc<Pd>, port: u32, dgid: &Gid) -> Result<Arc<Self>> {
+        let dev = pd.device();
+        if dev.link_layer(port)? != LinkLayer::Ethernet {
+            return Err(EOPNOTSUPP);
+        }
+        let sgid = dev.find_gid(port)?;
+        // SAFETY: All-zeroes is a valid `rdma_ah_attr` (no GID attribute held, no flags).
+        let mut attr: bindings::rdma_ah_attr = unsafe { core::mem::zeroed() };
+        attr.type_ = bindings::rdma_ah_attr_type_RDMA_AH_ATTR_TYPE_ROCE;
+        attr.port_num = port;
+        attr.ah_flags = bindings::ib_ah_flags_IB_AH_GRH as u8;
+        attr.grh.dgid.raw = dgid.0;
+        attr.grh.sgid_index = sgid.index as u8;
+        let (dmac, hop_limit) = resolve_dmac(dev, port, sgid.index, dgid)?;
+        attr.__bindgen_anon_1.roce.dmac = dmac;
+        attr.grh.hop_limit = hop_limit;
+        // SAFETY: `pd` is valid, `attr` is a complete, resolved RoCE address vector, and this
+        // is process context (sleepable creation).
+        let ptr = from_err_ptr(unsafe {
+            bindings::rdma_create_ah(
+                pd.as_raw(),
+                &mut attr,
+                bindings::rdma_create_ah_flags_RDMA_CREATE_AH_SLEEPABLE,
+            )
+        })?;
+        // INVARIANT: Just created on `pd`.
+        let ah = Self {
+            ptr,
+            pd: pd.clone(),
+        };
+        Ok(Arc::new(ah, crate::alloc::flags::GFP_KERNEL)?)
+    }
+
+    pub(crate) fn as_raw(&self) -> *mut bindings::ib_ah {
+        self.ptr
+    }
+
+    /// The PD of the AH.
+    pub fn pd(&self) -> &Arc<Pd> {
+        &self.pd
+    }
+}
+
+impl Drop for Ah {
+    fn drop(&mut self) {
+        might_sleep();
+        // SAFETY: `ptr` is valid (invariant); requests naming it own an `Arc<Ah>`, so none is
+        // outstanding. Process context, so the sleepable destroy is allowed.
+        unsafe {
+            bindings::rdma_destroy_ah_user(
+                self.ptr,
+                bindings::rdma_destroy_ah_flags_RDMA_DESTROY_AH_SLEEPABLE,
+                core::ptr::null_mut(),
+            )
+        };
+    }
+}

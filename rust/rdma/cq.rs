@@ -1,0 +1,379 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Completion queues (`struct ib_cq`) and work completions (`struct ib_wc`).
+//!
+//! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
+//!
+//! CQs are allocated with `ib_alloc_cq`: the RDMA core polls them and calls the `done` callback
+//! of the `struct ib_cqe` of each completed work request. This crate installs that callback for
+//! every [`Wr`](super::wr::Wr) and hands the request, with its buffers, back to its owner's
+//! [`Completion::done`](super::wr::Completion::done). The [`PollContext`] chosen here decides
+//! where that runs.
+
+use super::device::Device;
+use crate::{
+    bindings,
+    error::{code::*, from_err_ptr, Result},
+    sync::Arc,
+    types::ARef,
+};
+use core::{
+    fmt,
+    sync::atomic::{AtomicU32, Ordering},
+};
+
+/// Where the completion handlers of a CQ run (`enum ib_poll_context`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PollContext {
+    /// In softirq context (`irq_poll`), right after the device signals the CQ. Handlers must
+    /// not sleep, must allocate with `GFP_ATOMIC` and may only take locks that disable bottom
+    /// halves in process context ([`SpinLockBh`](super::sync::SpinLockBh)).
+    Softirq,
+    /// In a work item on the bound `ib_comp_wq`. Handlers may sleep, but should not for long.
+    Workqueue,
+    /// In a work item on the unbound `ib_comp_unbound_wq`.
+    UnboundWorkqueue,
+    /// Only when the owner calls [`Cq::poll_direct`], in the caller's context.
+    Direct,
+}
+
+impl PollContext {
+    fn to_raw(self) -> bindings::ib_poll_context {
+        match self {
+            Self::Softirq => bindings::ib_poll_context_IB_POLL_SOFTIRQ,
+            Self::Workqueue => bindings::ib_poll_context_IB_POLL_WORKQUEUE,
+            Self::UnboundWorkqueue => bindings::ib_poll_context_IB_POLL_UNBOUND_WORKQUEUE,
+            Self::Direct => bindings::ib_poll_context_IB_POLL_DIRECT,
+        }
+    }
+}
+
+/// A completion queue.
+///
+/// QPs hold an `Arc<Cq>` for each of their queues, so a CQ is freed only after the QPs that
+/// report to it are destroyed.
+///
+/// # Invariants
+///
+/// `ptr` is a CQ allocated with `__ib_alloc_cq` on `device` with poll context `poll`, valid
+/// until `Cq` is dropped.
+pub struct Cq {
+    ptr: *mut bindings::ib_cq,
+    poll: PollContext,
+    device: ARef<Device>,
+    /// Entries promised to the queues of the QPs that report here.
+    reserved: AtomicU32,
+}
+
+// SAFETY: A CQ may be used and freed from any thread.
+unsafe impl Send for Cq {}
+// SAFETY: The RDMA core serialises polling; the wrapper exposes nothing else that mutates.
+unsafe impl Sync for Cq {}
+
+impl Cq {
+    /// Allocates a CQ of at least `entries` entries on `device` (`ib_alloc_cq`). May sleep.
+    ///
+    /// `EINVAL` when `entries` is zero or above the device's `max_cqe`, or when `comp_vector`
+    /// is not one of the device's completion vectors.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::{cq::{Cq, PollContext}, device::Device};
+    ///
+    /// fn cq_for(dev: &Device) -> Result {
+    ///     let cq = Cq::new(dev, 128, 0, PollContext::Softirq)?;
+    ///     assert!(cq.entries() >= 128);
+    ///     // A CQ larger than the device allows is refused before the driver sees it.
+    ///     assert_eq!(
+    ///         Cq::new(dev, dev.attrs().max_cqe() + 1, 0, PollContext::Softirq).err(),
+    ///         Some(EINVAL)
+    ///     );
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn new(
+        device: &Device,
+        entries: u32,
+        comp_vector: u32,
+        poll: PollContext,
+    ) -> Result<Arc<Self>> {
+        if entries == 0 || entries > device.attrs().max_cqe() {
+            return Err(EINVAL);
+        }
+        if comp_vector >= device.num_comp_vectors() {
+            return Err(EINVAL);
+        }
+        let nr = i32::try_from(entries).map_err(|_| EINVAL)?;
+        let vec = i32::try_from(comp_vector).map_err(|_| EINVAL)?;
+        // SAFETY: `device` is registered; the caller string is static; no private data.
+        let ptr = from_err_ptr(unsafe {
+            bindings::__ib_alloc_cq(
+                device.as_raw(),
+                core::ptr::null_mut(),
+                nr,
+                vec,
+                poll.to_raw(),
+                c"kernel::rdma".as_ptr().cast(),
+            )
+        })?;
+        // INVARIANT: `ptr` was just allocated with `poll` on `device`.
+        let cq = Self {
+            ptr,
+            poll,
+            device: device.into(),
+            reserved: AtomicU32::new(0),
+        };
+        Ok(Arc::new(cq, crate::alloc::flags::GFP_KERNEL)?)
+    }
+
+    pub(crate) fn as_raw(&self) -> *mut bindings::ib_cq {
+        self.ptr
+    }
+
+    /// The device of the CQ.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The number of entries the driver actually allocated (at least the number asked for).
+    pub fn entries(&self) -> u32 {
+        // SAFETY: `ptr` is valid (invariant); `cqe` is set at creation.
+        u32::try_from(unsafe { (*self.ptr).cqe }).unwrap_or(0)
+    }
+
+    /// Promises `n` entries to a queue reporting here: a CQ with more work requests
+    /// outstanding than entries overruns, which is a fatal device error. `EINVAL` if the free
+    /// entries are fewer than `n`.
+    pub(crate) fn reserve(&self, n: u32) -> Result {
+        let entries = self.entries();
+        let mut cur = self.reserved.load(Ordering::Relaxed);
+        loop {
+            let new = cur.checked_add(n).filter(|&v| v <= entries).ok_or(EINVAL)?;
+            match self
+                .reserved
+                .compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => return Ok(()),
+                Err(v) => cur = v,
+            }
+        }
+    }
+
+    /// Gives back entries promised by [`Cq::reserve`].
+    pub(crate) fn unreserve(&self, n: u32) {
+        self.reserved.fetch_sub(n, Ordering::AcqRel);
+    }
+
+    /// Entries not promised to any QP queue yet.
+    pub fn free_entries(&self) -> u32 {
+        self.entries()
+            .saturating_sub(self.reserved.load(Ordering::Acquire))
+    }
+
+    /// The poll context the CQ was allocated with.
+    pub fn poll_context(&self) -> PollContext {
+        self.poll
+    }
+
+    /// Processes up to `budget` completions of a [`PollContext::Direct`] CQ in the caller's
+    /// context (`ib_process_cq_direct`) and returns how many were processed.
+    ///
+    /// The handlers run in the caller's context. `EINVAL` for any other poll context, whose
+    /// completions the core processes by itself.
+    pub fn poll_direct(&self, budget: u32) -> Result<u32> {
+        if self.poll != PollContext::Direct {
+            return Err(EINVAL);
+        }
+        let budget = i32::try_from(budget).unwrap_or(i32::MAX);
+        // SAFETY: `ptr` is a valid direct-polled CQ (invariant and check above).
+        let n = unsafe { bindings::ib_process_cq_direct(self.ptr, budget) };
+        Ok(u32::try_from(n).unwrap_or(0))
+    }
+}
+
+impl Drop for Cq {
+    fn drop(&mut self) {
+        super::sync::might_sleep();
+        // SAFETY: `ptr` is valid (invariant); the QPs using it hold `Arc<Cq>` and are gone.
+        // `ib_free_cq` waits for running handlers (it sleeps: process context only).
+        unsafe { bindings::ib_free_cq(self.ptr) };
+    }
+}
+
+/// The status of a work completion (`enum ib_wc_status`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WcStatus {
+    /// The work request completed.
+    Success,
+    /// Local length error: a receive buffer too small for the message, for instance.
+    LocLenErr,
+    /// Local QP operation error.
+    LocQpOpErr,
+    /// Local protection error: an lkey or SGE that does not cover the buffer.
+    LocProtErr,
+    /// The QP went to the error state and the request was flushed without being executed.
+    WrFlushErr,
+    /// Bad response from the responder.
+    BadRespErr,
+    /// Local access error.
+    LocAccessErr,
+    /// Remote invalid request error.
+    RemInvReqErr,
+    /// Remote access error: a wrong rkey, address or access right at the responder.
+    RemAccessErr,
+    /// Remote operation error.
+    RemOpErr,
+    /// Transport retries exhausted: the peer did not answer.
+    RetryExcErr,
+    /// RNR retries exhausted: the peer had no receive posted.
+    RnrRetryExcErr,
+    /// Another status (its `enum ib_wc_status` value).
+    Other(u32),
+}
+
+impl WcStatus {
+    fn from_raw(s: bindings::ib_wc_status) -> Self {
+        match s {
+            bindings::ib_wc_status_IB_WC_SUCCESS => Self::Success,
+            bindings::ib_wc_status_IB_WC_LOC_LEN_ERR => Self::LocLenErr,
+            bindings::ib_wc_status_IB_WC_LOC_QP_OP_ERR => Self::LocQpOpErr,
+            bindings::ib_wc_status_IB_WC_LOC_PROT_ERR => Self::LocProtErr,
+            bindings::ib_wc_status_IB_WC_WR_FLUSH_ERR => Self::WrFlushErr,
+            bindings::ib_wc_status_IB_WC_BAD_RESP_ERR => Self::BadRespErr,
+            bindings::ib_wc_status_IB_WC_LOC_ACCESS_ERR => Self::LocAccessErr,
+            bindings::ib_wc_status_IB_WC_REM_INV_REQ_ERR => Self::RemInvReqErr,
+            bindings::ib_wc_status_IB_WC_REM_ACCESS_ERR => Self::RemAccessErr,
+            bindings::ib_wc_status_IB_WC_REM_OP_ERR => Self::RemOpErr,
+            bindings::ib_wc_status_IB_WC_RETRY_EXC_ERR => Self::RetryExcErr,
+            bindings::ib_wc_status_IB_WC_RNR_RETRY_EXC_ERR => Self::RnrRetryExcErr,
+            other => Self::Other(other),
+        }
+    }
+}
+
+/// The kind of work that completed (`enum ib_wc_opcode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WcOpcode {
+    /// A SEND (with or without immediate data).
+    Send,
+    /// An RDMA WRITE (with or without immediate data).
+    RdmaWrite,
+    /// An RDMA READ.
+    RdmaRead,
+    /// An atomic compare-and-swap.
+    CompSwap,
+    /// An atomic fetch-and-add.
+    FetchAdd,
+    /// A local invalidate.
+    LocalInv,
+    /// A fast memory registration.
+    RegMr,
+    /// A receive consumed by a SEND.
+    Recv,
+    /// A receive consumed by an RDMA WRITE with immediate data.
+    RecvRdmaWithImm,
+    /// Another opcode (its `enum ib_wc_opcode` value).
+    Other(u32),
+}
+
+impl WcOpcode {
+    fn from_raw(o: bindings::ib_wc_opcode) -> Self {
+        match o {
+            bindings::ib_wc_opcode_IB_WC_SEND => Self::Send,
+            bindings::ib_wc_opcode_IB_WC_RDMA_WRITE => Self::RdmaWrite,
+            bindings::ib_wc_opcode_IB_WC_RDMA_READ => Self::RdmaRead,
+            bindings::ib_wc_opcode_IB_WC_COMP_SWAP => Self::CompSwap,
+            bindings::ib_wc_opcode_IB_WC_FETCH_ADD => Self::FetchAdd,
+            bindings::ib_wc_opcode_IB_WC_LOCAL_INV => Self::LocalInv,
+            bindings::ib_wc_opcode_IB_WC_REG_MR => Self::RegMr,
+            bindings::ib_wc_opcode_IB_WC_RECV => Self::Recv,
+            bindings::ib_wc_opcode_IB_WC_RECV_RDMA_WITH_IMM => Self::RecvRdmaWithImm,
+            other => Self::Other(other),
+        }
+    }
+}
+
+/// A work completion, as handed to [`Completion::done`](super::wr::Completion::done).
+///
+/// Only `status` and (for the requests that carry them) the fields of a successful completion
+/// are meaningful; for an error completion the other fields are undefined, and the accessors
+/// say so by returning `None` or zero.
+#[repr(transparent)]
+pub struct Wc(bindings::ib_wc);
+
+impl Wc {
+    /// Creates a reference to a [`Wc`] from a raw pointer.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` must point to a valid `ib_wc` for the lifetime `'a`.
+    pub(crate) unsafe fn from_raw<'a>(ptr: *const bindings::ib_wc) -> &'a Self {
+        // SAFETY: `Wc` is transparent over `ib_wc`; the caller guarantees validity.
+        unsafe { &*ptr.cast::<Self>() }
+    }
+
+    /// The status of the completion.
+    pub fn status(&self) -> WcStatus {
+        WcStatus::from_raw(self.0.status)
+    }
+
+    /// Whether the work request succeeded.
+    pub fn is_ok(&self) -> bool {
+        self.0.status == bindings::ib_wc_status_IB_WC_SUCCESS
+    }
+
+    /// What completed; `None` for an error completion, where the opcode is undefined.
+    pub fn opcode(&self) -> Option<WcOpcode> {
+        self.is_ok().then(|| WcOpcode::from_raw(self.0.opcode))
+    }
+
+    /// Bytes received (receive completions) or transferred (RDMA READ); 0 on error.
+    pub fn byte_len(&self) -> u32 {
+        if self.is_ok() {
+            self.0.byte_len
+        } else {
+            0
+        }
+    }
+
+    /// The immediate data of a SEND or RDMA WRITE with immediate, in host byte order.
+    pub fn imm_data(&self) -> Option<u32> {
+        let with_imm = self.0.wc_flags & bindings::ib_wc_flags_IB_WC_WITH_IMM as i32 != 0;
+        // SAFETY: With `IB_WC_WITH_IMM` set, the `ex` union holds `imm_data`.
+        (self.is_ok() && with_imm).then(|| u32::from_be(unsafe { self.0.ex.imm_data }))
+    }
+
+    /// Whether a UD receive buffer starts with the 40-byte GRH (always on RoCE).
+    pub fn has_grh(&self) -> bool {
+        self.is_ok() && self.0.wc_flags & bindings::ib_wc_flags_IB_WC_GRH as i32 != 0
+    }
+
+    /// The sending QP of a UD receive.
+    pub fn src_qp(&self) -> Option<u32> {
+        self.is_ok().then_some(self.0.src_qp)
+    }
+
+    /// The vendor error syndrome of an error completion.
+    pub fn vendor_err(&self) -> u32 {
+        self.0.vendor_err
+    }
+
+    /// The number of the QP the work request was posted on.
+    pub fn qp_num(&self) -> u32 {
+        // SAFETY: The core fills in `qp` for every completion it dispatches, with a QP that
+        // outlives the dispatch.
+        unsafe { self.0.qp.as_ref() }.map_or(0, |qp| qp.qp_num)
+    }
+}
+
+impl fmt::Debug for Wc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Wc")
+            .field("status", &self.status())
+            .field("opcode", &self.opcode())
+            .field("byte_len", &self.byte_len())
+            .field("qp_num", &self.qp_num())
+            .finish()
+    }
+}

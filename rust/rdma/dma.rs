@@ -1,0 +1,231 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! DMA mappings of buffers for work requests (`ib_dma_map_*`).
+//!
+//! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
+//!
+//! A work request names memory by DMA address and lkey. [`DmaBuf`] is a kernel buffer that is
+//! mapped for a device for as long as it lives: it is allocated from the linear map (`kmalloc`;
+//! never vmalloc or the stack, which software devices such as `rdma_rxe` cannot reach), mapped
+//! with `ib_dma_map_single` when created and unmapped when dropped. [`DmaPage`] does the same for
+//! a whole page with `ib_dma_map_page`.
+//!
+//! The CPU may look at a buffer only while no posted work request refers to it; the work request
+//! types of this crate enforce that by owning the buffers they use until their completion.
+//! Access through [`DmaBuf::as_slice`] and [`DmaBuf::as_mut_slice`] syncs the buffer for the CPU;
+//! posting syncs it for the device.
+
+use super::pd::Pd;
+use crate::{
+    alloc::{flags::*, Flags, KVec},
+    bindings,
+    error::{code::*, Result},
+    page::{Page, PAGE_SIZE},
+    sync::Arc,
+};
+use core::ops::Range;
+
+/// `DMA_BIDIRECTIONAL`: the device both reads and writes the buffers of this module.
+const DIR: bindings::dma_data_direction = bindings::dma_data_direction_DMA_BIDIRECTIONAL;
+
+/// Largest [`DmaBuf`]: what `kmalloc` hands out as one physically contiguous piece.
+pub const MAX_BUF: usize = 4 << 20;
+
+/// A zero-filled kernel buffer, DMA-mapped for the device of a [`Pd`] while it lives.
+///
+/// # Invariants
+///
+/// `buf` has length `len` and is mapped at `dma` for `pd.device()` in direction `DIR` until
+/// `DmaBuf` is dropped; its heap storage never moves (the vector is never grown).
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::{dma::DmaBuf, pd::Pd};
+///
+/// fn fill(pd: &kernel::sync::Arc<Pd>) -> Result<DmaBuf> {
+///     let mut buf = DmaBuf::new(pd, 4096, GFP_KERNEL)?;
+///     buf.as_mut_slice()[..5].copy_from_slice(b"hello");
+///     Ok(buf)
+/// }
+/// ```
+pub struct DmaBuf {
+    buf: KVec<u8>,
+    dma: u64,
+    pd: Arc<Pd>,
+}
+
+impl DmaBuf {
+    /// Allocates `len` zeroed bytes and maps them for the PD's device.
+    ///
+    /// `EINVAL` for an empty buffer or one larger than [`MAX_BUF`]; `ENOMEM` when the
+    /// allocation or the mapping fails. `flags` are the allocation flags (`GFP_ATOMIC` in a
+    /// completion handler).
+    pub fn new(pd: &Arc<Pd>, len: usize, flags: Flags) -> Result<Self> {
+        if len == 0 || len > MAX_BUF {
+            return Err(EINVAL);
+        }
+        let mut buf = KVec::from_elem(0u8, len, flags)?;
+        let dev = pd.device().as_raw();
+        // SAFETY: `buf` is `len` bytes of kmalloc memory (linear map), which stays allocated and
+        // in place until it is unmapped in `drop`.
+        let dma = unsafe { bindings::ib_dma_map_single(dev, buf.as_mut_ptr().cast(), len, DIR) };
+        // SAFETY: `dev` is valid and `dma` was returned by a mapping call on it.
+        if unsafe { bindings::ib_dma_mapping_error(dev, dma) } != 0 {
+            return Err(ENOMEM);
+        }
+        // INVARIANT: `buf` is mapped at `dma` and is never resized after this point.
+        Ok(Self {
+            buf,
+            dma,
+            pd: pd.clone(),
+        })
+    }
+
+    /// Length of the buffer in bytes.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Always false: a `DmaBuf` has at least one byte.
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// The PD whose device the buffer is mapped for.
+    pub fn pd(&self) -> &Arc<Pd> {
+        &self.pd
+    }
+
+    /// The DMA address of the first byte.
+    pub fn dma_addr(&self) -> u64 {
+        self.dma
+    }
+
+    /// The CPU address of the first byte.
+    pub(crate) fn cpu_addr(&self) -> *mut crate::ffi::c_void {
+        self.buf.as_ptr().cast_mut().cast()
+    }
+
+    /// Returns the contents, after syncing the buffer for the CPU.
+    pub fn as_slice(&self) -> &[u8] {
+        self.sync_for_cpu(0..self.len());
+        &self.buf
+    }
+
+    /// Returns the contents for writing, after syncing the buffer for the CPU.
+    ///
+    /// Write before posting: posting syncs the buffer for the device again.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        self.sync_for_cpu(0..self.len());
+        &mut self.buf
+    }
+
+    fn sync_for_cpu(&self, r: Range<usize>) {
+        // SAFETY: `dma + r.start .. dma + r.end` lies inside the mapping (callers pass ranges
+        // within `len`), which is live (invariant).
+        unsafe {
+            bindings::ib_dma_sync_single_for_cpu(
+                self.pd.device().as_raw(),
+                self.dma + r.start as u64,
+                r.end - r.start,
+                DIR,
+            )
+        }
+    }
+
+    /// Hands `range` of the buffer to the device and returns the SGE that describes it.
+    ///
+    /// `EINVAL` if `range` is empty or does not lie inside the buffer.
+    pub(crate) fn sge(&self, range: Range<usize>) -> Result<bindings::ib_sge> {
+        if range.start >= range.end || range.end > self.len() {
+            return Err(EINVAL);
+        }
+        let length = u32::try_from(range.end - range.start).map_err(|_| EINVAL)?;
+        // SAFETY: The range was checked to lie inside the live mapping.
+        unsafe {
+            bindings::ib_dma_sync_single_for_device(
+                self.pd.device().as_raw(),
+                self.dma + range.start as u64,
+                range.end - range.start,
+                DIR,
+            )
+        };
+        Ok(bindings::ib_sge {
+            addr: self.dma + range.start as u64,
+            length,
+            lkey: self.pd.local_dma_lkey(),
+        })
+    }
+
+    /// The CPU address of `range`, for inline sends (the driver copies it at post time).
+    pub(crate) fn inline_sge(&self, range: Range<usize>) -> Result<bindings::ib_sge> {
+        if range.start >= range.end || range.end > self.len() {
+            return Err(EINVAL);
+        }
+        let length = u32::try_from(range.end - range.start).map_err(|_| EINVAL)?;
+        Ok(bindings::ib_sge {
+            addr: self.buf.as_ptr() as u64 + range.start as u64,
+            length,
+            lkey: self.pd.local_dma_lkey(),
+        })
+    }
+}
+
+impl Drop for DmaBuf {
+    fn drop(&mut self) {
+        // SAFETY: The buffer is mapped at `dma` (invariant) and no work request uses it: those
+        // own the `DmaBuf` until their completion.
+        unsafe {
+            bindings::ib_dma_unmap_single(self.pd.device().as_raw(), self.dma, self.len(), DIR)
+        };
+    }
+}
+
+/// A page of memory DMA-mapped for the device of a [`Pd`] while it lives (`ib_dma_map_page`).
+///
+/// # Invariants
+///
+/// `page` is mapped at `dma` for `pd.device()` in direction `DIR` until `DmaPage` is dropped.
+pub struct DmaPage {
+    page: Page,
+    dma: u64,
+    pd: Arc<Pd>,
+}
+
+impl DmaPage {
+    /// Allocates a page and maps it; `ENOMEM` if either fails.
+    pub fn new(pd: &Arc<Pd>) -> Result<Self> {
+        let page = Page::alloc_page(GFP_KERNEL | __GFP_ZERO)?;
+        let dev = pd.device().as_raw();
+        // SAFETY: `page` is an allocated page that outlives the mapping (unmapped in `drop`).
+        let dma = unsafe { bindings::ib_dma_map_page(dev, page.as_ptr(), 0, PAGE_SIZE, DIR) };
+        // SAFETY: `dev` is valid and `dma` was returned by a mapping call on it.
+        if unsafe { bindings::ib_dma_mapping_error(dev, dma) } != 0 {
+            return Err(ENOMEM);
+        }
+        // INVARIANT: The page is mapped at `dma`.
+        Ok(Self {
+            page,
+            dma,
+            pd: pd.clone(),
+        })
+    }
+
+    /// The DMA address of the page.
+    pub fn dma_addr(&self) -> u64 {
+        self.dma
+    }
+
+    /// The page itself (e.g. to read or write it with [`Page::read_raw`]).
+    pub fn page(&self) -> &Page {
+        &self.page
+    }
+}
+
+impl Drop for DmaPage {
+    fn drop(&mut self) {
+        // SAFETY: The page is mapped at `dma` (invariant).
+        unsafe { bindings::ib_dma_unmap_page(self.pd.device().as_raw(), self.dma, PAGE_SIZE, DIR) };
+    }
+}

@@ -1,0 +1,158 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Memory regions for remote access, registered by fast registration (`IB_WR_REG_MR`).
+//!
+//! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
+//!
+//! A peer may RDMA READ, WRITE or perform atomics on local memory only through an rkey. An
+//! [`Mr`] (`ib_alloc_mr` of type `IB_MR_TYPE_MEM_REG`) is given a [`DmaBuf`] with [`Mr::map`]
+//! (`ib_map_mr_sg`), then registered by posting [`SendOps::reg_mr`]; from that completion on,
+//! [`Mr::remote`] is what the peer needs. [`SendOps::local_inv`] revokes it. The MR owns the
+//! buffer, and dropping the MR deregisters it (`ib_dereg_mr`) before the buffer is freed, so
+//! a peer can never reach freed memory.
+//!
+//! [`SendOps::reg_mr`]: super::wr::SendOps::reg_mr
+//! [`SendOps::local_inv`]: super::wr::SendOps::local_inv
+
+use super::{dma::DmaBuf, pd::Pd, sync::might_sleep, wr::Remote};
+use crate::{
+    alloc::{flags::GFP_KERNEL, KBox},
+    bindings,
+    error::{code::*, from_err_ptr, Error, Result},
+    page::PAGE_SIZE,
+    sync::Arc,
+    types::Opaque,
+};
+
+/// A fast-registration memory region and the buffer it maps.
+///
+/// # Invariants
+///
+/// `ptr` is an MR allocated on `pd` for up to `max_pages` pages, valid until dropped; when
+/// `buf` is `Some`, the MR maps it through `sg` (the one-entry scatterlist describing it).
+pub struct Mr {
+    ptr: *mut bindings::ib_mr,
+    sg: KBox<Opaque<bindings::scatterlist>>,
+    // Dropped after `ptr` is deregistered in `drop`, so the peer never reaches freed memory.
+    buf: Option<DmaBuf>,
+    max_pages: u32,
+    pd: Arc<Pd>,
+}
+
+// SAFETY: An MR may be used and deregistered from any thread.
+unsafe impl Send for Mr {}
+// SAFETY: `&Mr` exposes only reads of fields fixed while it is shared.
+unsafe impl Sync for Mr {}
+
+impl Mr {
+    /// Allocates an MR that can map up to `max_pages` pages (`ib_alloc_mr`). May sleep.
+    ///
+    /// `EINVAL` for zero pages or more than the device's `max_fast_reg_page_list_len`.
+    pub fn new(pd: &Arc<Pd>, max_pages: u32) -> Result<Self> {
+        if max_pages == 0 || max_pages > pd.device().attrs().max_fast_reg_page_list_len() {
+            return Err(EINVAL);
+        }
+        let sg = KBox::new(Opaque::uninit(), GFP_KERNEL)?;
+        // SAFETY: `pd` is valid; MEM_REG MRs are the fast-registration kind.
+        let ptr = from_err_ptr(unsafe {
+            bindings::ib_alloc_mr(
+                pd.as_raw(),
+                bindings::ib_mr_type_IB_MR_TYPE_MEM_REG,
+                max_pages,
+            )
+        })?;
+        // INVARIANT: Just allocated, maps nothing yet.
+        Ok(Self {
+            ptr,
+            sg,
+            buf: None,
+            max_pages,
+            pd: pd.clone(),
+        })
+    }
+
+    pub(crate) fn as_raw(&self) -> *mut bindings::ib_mr {
+        self.ptr
+    }
+
+    /// Makes the MR describe `buf` (`ib_map_mr_sg`); it takes effect for the peer when a
+    /// [`reg_mr`](super::wr::SendOps::reg_mr) operation completes. A buffer mapped before is
+    /// dropped. `EINVAL` when the buffer spans more pages than the MR can map or belongs to
+    /// another PD; the buffer is given back with the error.
+    pub fn map(&mut self, buf: DmaBuf) -> Result<(), (Error, DmaBuf)> {
+        let first = buf.dma_addr() as usize % PAGE_SIZE;
+        let pages = (first + buf.len()).div_ceil(PAGE_SIZE);
+        if pages > self.max_pages as usize || !Arc::ptr_eq(buf.pd(), &self.pd) {
+            return Err((EINVAL, buf));
+        }
+        let len = match u32::try_from(buf.len()) {
+            Ok(l) => l,
+            Err(_) => return Err((EINVAL, buf)),
+        };
+        let sg = self.sg.get();
+        // SAFETY: `sg` is our scatterlist entry; the buffer's memory and mapping live as long as
+        // `buf`, which the MR keeps.
+        unsafe { bindings::rdma_sg_set_mapped(sg, buf.cpu_addr(), len, buf.dma_addr()) };
+        let mut offset = 0u32;
+        // SAFETY: `ptr` is a valid MR and `sg` a one-entry list describing a mapped buffer.
+        let n = unsafe { bindings::ib_map_mr_sg(self.ptr, sg, 1, &mut offset, PAGE_SIZE as u32) };
+        if n != 1 {
+            return Err((if n < 0 { Error::from_errno(n) } else { EINVAL }, buf));
+        }
+        // INVARIANT: The MR now maps `buf` through `sg`.
+        self.buf = Some(buf);
+        Ok(())
+    }
+
+    /// The buffer the MR maps.
+    pub fn buf(&self) -> Option<&DmaBuf> {
+        self.buf.as_ref()
+    }
+
+    /// The buffer the MR maps, for the CPU to fill or check between remote accesses.
+    pub fn buf_mut(&mut self) -> Option<&mut DmaBuf> {
+        self.buf.as_mut()
+    }
+
+    /// The rkey the peer uses.
+    pub fn rkey(&self) -> u32 {
+        // SAFETY: `ptr` is valid (invariant).
+        unsafe { (*self.ptr).rkey }
+    }
+
+    /// The lkey local requests may use.
+    pub fn lkey(&self) -> u32 {
+        // SAFETY: `ptr` is valid (invariant).
+        unsafe { (*self.ptr).lkey }
+    }
+
+    /// What the peer needs: the region's I/O virtual address and rkey.
+    pub fn remote(&self) -> Remote {
+        // SAFETY: `ptr` is valid (invariant).
+        Remote {
+            addr: unsafe { (*self.ptr).iova },
+            rkey: self.rkey(),
+        }
+    }
+
+    /// Moves to the next key (`ib_update_fast_reg_key(mr, ib_inc_rkey(rkey))`), so that a new
+    /// registration does not revive an rkey a peer may still hold.
+    pub fn bump_key(&mut self) {
+        // SAFETY: `ptr` is valid (invariant); we have exclusive access, and nothing posted
+        // refers to the MR (a `reg_mr` borrows it from its owner).
+        unsafe {
+            let key = (((*self.ptr).rkey & 0xff) + 1) & 0xff;
+            (*self.ptr).lkey = ((*self.ptr).lkey & 0xffff_ff00) | key;
+            (*self.ptr).rkey = ((*self.ptr).rkey & 0xffff_ff00) | key;
+        }
+    }
+}
+
+impl Drop for Mr {
+    fn drop(&mut self) {
+        might_sleep();
+        // SAFETY: `ptr` is valid (invariant); deregistration revokes every key, after which the
+        // buffer (dropped next) is unreachable for peers.
+        unsafe { bindings::ib_dereg_mr_user(self.ptr, core::ptr::null_mut()) };
+    }
+}

@@ -1,0 +1,173 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Synchronisation between completion handlers and process context.
+//!
+//! C header: [`include/linux/spinlock.h`](srctree/include/linux/spinlock.h)
+//!
+//! Completion handlers of CQs allocated with [`PollContext::Softirq`] run in softirq context
+//! (`irq_poll`). 6.12's [`kernel::sync::SpinLock`] is a plain `spin_lock`: if process context
+//! holds it and a softirq on the same CPU tries to take it, the CPU deadlocks (lockdep reports
+//! it as an "inconsistent lock state"). [`SpinLockBh`] disables bottom halves while held, so it
+//! may be shared between process context and softirq completion handlers.
+//!
+//! [`Completion`] wraps `struct completion`, the one-shot "it happened" signal with which
+//! process context waits for a handler.
+//!
+//! [`PollContext::Softirq`]: super::cq::PollContext::Softirq
+//! [`kernel::sync::SpinLock`]: crate::sync::SpinLock
+
+use crate::{
+    bindings,
+    error::{code::ETIMEDOUT, Result},
+    init::PinInit,
+    prelude::*,
+    sync::lock::{Backend, Lock},
+    types::Opaque,
+};
+
+/// Creates a [`SpinLockBh`] with a lockdep class of its own for this call site.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::sync::SpinLockBh;
+/// use kernel::{new_spinlock_bh, prelude::*};
+///
+/// let counter = KBox::pin_init(new_spinlock_bh!(0u64, "counter"), GFP_KERNEL)?;
+/// *counter.lock() += 1;
+/// assert_eq!(*counter.lock(), 1);
+/// # Ok::<(), Error>(())
+/// ```
+#[macro_export]
+macro_rules! new_spinlock_bh {
+    ($inner:expr $(, $name:literal)? $(,)?) => {
+        $crate::rdma::sync::SpinLockBh::new(
+            $inner, $crate::optional_name!($($name)?), $crate::static_lock_class!())
+    };
+}
+pub use new_spinlock_bh;
+
+/// A spinlock that disables bottom halves (softirqs) while it is held (`spin_lock_bh`).
+///
+/// Use it for data shared between process context and completion handlers that run in
+/// softirq context. Like every spinlock, its critical sections must not sleep.
+pub type SpinLockBh<T> = Lock<T, SpinLockBhBackend>;
+
+/// The [`Backend`] of [`SpinLockBh`].
+pub struct SpinLockBhBackend;
+
+// SAFETY: `spinlock_t` provides mutual exclusion; `spin_lock_bh` and `spin_unlock_bh` are always
+// paired by the guard, and `relock` uses the default implementation, which calls `lock` again.
+unsafe impl Backend for SpinLockBhBackend {
+    type State = bindings::spinlock_t;
+    type GuardState = ();
+
+    unsafe fn init(
+        ptr: *mut Self::State,
+        name: *const crate::ffi::c_char,
+        key: *mut bindings::lock_class_key,
+    ) {
+        // SAFETY: The caller guarantees that `ptr` is valid for writes and that `name` and `key`
+        // live forever.
+        unsafe { bindings::__spin_lock_init(ptr, name, key) }
+    }
+
+    unsafe fn lock(ptr: *mut Self::State) -> Self::GuardState {
+        // SAFETY: The caller guarantees that `ptr` points to an initialised spinlock.
+        unsafe { bindings::spin_lock_bh(ptr) }
+    }
+
+    unsafe fn unlock(ptr: *mut Self::State, _guard_state: &Self::GuardState) {
+        // SAFETY: The caller guarantees that `ptr` is initialised and held by this context.
+        unsafe { bindings::spin_unlock_bh(ptr) }
+    }
+}
+
+/// A one-shot event that process context can wait for (`struct completion`).
+///
+/// [`Completion::complete`] may be called from any context, including completion handlers
+/// in softirq context; [`Completion::wait_timeout`] sleeps.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::prelude::*;
+/// use kernel::rdma::sync::Completion;
+///
+/// let done = KBox::pin_init(Completion::new(), GFP_KERNEL)?;
+/// assert_eq!(done.wait_timeout(1), Err(ETIMEDOUT));
+/// done.complete();
+/// assert_eq!(done.wait_timeout(1000), Ok(()));
+/// # Ok::<(), Error>(())
+/// ```
+#[pin_data]
+pub struct Completion {
+    #[pin]
+    inner: Opaque<bindings::completion>,
+}
+
+// SAFETY: `struct completion` is designed to be signalled and waited for from any thread.
+unsafe impl Send for Completion {}
+// SAFETY: All methods take `&self` and the C functions synchronise internally.
+unsafe impl Sync for Completion {}
+
+impl Completion {
+    /// Creates a completion that has not happened yet.
+    pub fn new() -> impl PinInit<Self> {
+        pin_init!(Self {
+            // SAFETY: `init_completion` initialises the pinned slot it is given.
+            inner <- unsafe {
+                Opaque::ffi_init(|slot: *mut bindings::completion| bindings::init_completion(slot))
+            },
+        })
+    }
+
+    /// Signals the completion, waking one waiter (`complete`). Any context.
+    pub fn complete(&self) {
+        // SAFETY: `inner` was initialised by `new` and is pinned.
+        unsafe { bindings::complete(self.inner.get()) }
+    }
+
+    /// Signals the completion to every present and future waiter (`complete_all`). Any context.
+    pub fn complete_all(&self) {
+        // SAFETY: `inner` was initialised by `new` and is pinned.
+        unsafe { bindings::complete_all(self.inner.get()) }
+    }
+
+    /// Rearms a completion that has been waited for (`reinit_completion`).
+    pub fn reinit(&self) {
+        // SAFETY: `inner` was initialised by `new` and is pinned.
+        unsafe { bindings::reinit_completion(self.inner.get()) }
+    }
+
+    /// Waits for the completion, however long it takes (`wait_for_completion`).
+    ///
+    /// Sleeps: process context only. Use it only for events that are certain to happen.
+    pub fn wait(&self) {
+        // SAFETY: `inner` was initialised by `new` and is pinned.
+        unsafe { bindings::wait_for_completion(self.inner.get()) }
+    }
+
+    /// Waits up to `ms` milliseconds for the completion; `ETIMEDOUT` if it did not happen.
+    ///
+    /// Sleeps: process context only.
+    pub fn wait_timeout(&self, ms: u32) -> Result {
+        // SAFETY: `__msecs_to_jiffies` has no preconditions.
+        let timeout = unsafe { bindings::__msecs_to_jiffies(ms) };
+        // SAFETY: `inner` was initialised by `new` and is pinned.
+        let left = unsafe { bindings::wait_for_completion_timeout(self.inner.get(), timeout) };
+        if left == 0 {
+            Err(ETIMEDOUT)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Annotates a function that may sleep (`might_sleep`): with `CONFIG_DEBUG_ATOMIC_SLEEP` a
+/// call from atomic context (a completion handler, under a spinlock) is reported at once,
+/// rather than only when it actually sleeps.
+pub(crate) fn might_sleep() {
+    // SAFETY: `rdma_might_sleep` only checks the calling context.
+    unsafe { bindings::rdma_might_sleep() }
+}
