@@ -12,7 +12,7 @@ else
 
 KUNIT := tools/testing/kunit
 
-.PHONY: all setup build test run clean help
+.PHONY: all setup build check test run clean help
 
 all: build
 
@@ -21,12 +21,16 @@ help:
 	@echo "make test   build what changed and run every test under QEMU"
 	@echo "make setup  install packages and unpack the kernel (done on demand by the others)"
 	@echo "make build  build the kernel and the modules only"
+	@echo "make check  rustfmt, clippy, and no bindings:: outside rust/rdma"
 
 setup:
 	$(KUNIT)/setup.sh
 
 build:
 	$(KUNIT)/build.sh
+
+check:
+	$(KUNIT)/check.sh
 
 test:
 	$(KUNIT)/run.sh test

@@ -16,7 +16,7 @@ use super::{device::Device, device::Gid, sync::Completion};
 use crate::{
     alloc::flags::GFP_KERNEL,
     bindings,
-    error::{from_err_ptr, to_result, Error, Result},
+    error::{from_err_ptr, to_result, Result},
     prelude::*,
     types::Opaque,
 };
@@ -126,5 +126,5 @@ pub(crate) fn resolve_dmac(
     let (mac, hop) = unsafe { ((*addr).dst_dev_addr, (*addr).hoplimit) };
     let mut dmac = [0u8; 6];
     dmac.copy_from_slice(&mac[..6]);
-    Ok((dmac, u8::try_from(hop).map_err(|_| Error::from(EINVAL))?))
+    Ok((dmac, u8::try_from(hop).map_err(|_| EINVAL)?))
 }

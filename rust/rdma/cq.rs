@@ -308,6 +308,7 @@ impl Wc {
     /// # Safety
     ///
     /// `ptr` must point to a valid `ib_wc` for the lifetime `'a`.
+    #[inline]
     pub(crate) unsafe fn from_raw<'a>(ptr: *const bindings::ib_wc) -> &'a Self {
         // SAFETY: `Wc` is transparent over `ib_wc`; the caller guarantees validity.
         unsafe { &*ptr.cast::<Self>() }

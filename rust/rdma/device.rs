@@ -71,6 +71,7 @@ impl Device {
     /// # Safety
     ///
     /// `ptr` must point to an `ib_device` that satisfies the type invariants for `'a`.
+    #[inline]
     pub(crate) unsafe fn from_raw<'a>(ptr: *mut bindings::ib_device) -> &'a Self {
         // SAFETY: `Device` is `repr(transparent)` over the C struct; the caller guarantees
         // validity for `'a`.
@@ -78,6 +79,7 @@ impl Device {
     }
 
     /// Returns the raw `struct ib_device` pointer.
+    #[inline]
     pub(crate) fn as_raw(&self) -> *mut bindings::ib_device {
         self.0.get()
     }

@@ -129,8 +129,9 @@ impl Mr {
     /// What the peer needs: the region's I/O virtual address and rkey.
     pub fn remote(&self) -> Remote {
         // SAFETY: `ptr` is valid (invariant).
+        let addr = unsafe { (*self.ptr).iova };
         Remote {
-            addr: unsafe { (*self.ptr).iova },
+            addr,
             rkey: self.rkey(),
         }
     }

@@ -300,7 +300,7 @@ impl<'a> SendOps<'a> {
         let i = self.n;
         let wr = self.push(bindings::ib_wr_opcode_IB_WR_SEND, Some(sge))?;
         // SAFETY: `send` is the common prefix of every variant.
-        unsafe { wr.send.send_flags |= bindings::ib_send_flags_IB_SEND_INLINE as i32 };
+        unsafe { wr.send.send_flags |= bindings::ib_send_flags_IB_SEND_INLINE };
         self.inline_len[i] = sge.length;
         Ok(self)
     }
@@ -471,17 +471,17 @@ impl<'a> SendOps<'a> {
     /// Marks the last operation added as not generating a completion on success (all but the
     /// last operation of a request are unsignaled anyway; the last is always signaled).
     pub fn unsignaled(&mut self) -> &mut Self {
-        self.flag(0, bindings::ib_send_flags_IB_SEND_SIGNALED as i32)
+        self.flag(0, bindings::ib_send_flags_IB_SEND_SIGNALED)
     }
 
     /// Makes the last operation added wait for earlier RDMA READs and atomics to complete.
     pub fn fence(&mut self) -> &mut Self {
-        self.flag(bindings::ib_send_flags_IB_SEND_FENCE as i32, 0)
+        self.flag(bindings::ib_send_flags_IB_SEND_FENCE, 0)
     }
 
     /// Asks the receiver's CQ to raise a solicited event for the last operation added.
     pub fn solicited(&mut self) -> &mut Self {
-        self.flag(bindings::ib_send_flags_IB_SEND_SOLICITED as i32, 0)
+        self.flag(bindings::ib_send_flags_IB_SEND_SOLICITED, 0)
     }
 
     /// Links the operations into a list whose last entry carries `cqe`; returns its head.
@@ -504,7 +504,7 @@ impl<'a> SendOps<'a> {
             let wr = unsafe { &mut self.wrs[i].send };
             wr.next = next;
             wr.sg_list = sge;
-            let signaled = bindings::ib_send_flags_IB_SEND_SIGNALED as i32;
+            let signaled = bindings::ib_send_flags_IB_SEND_SIGNALED;
             if i + 1 == n {
                 wr.__bindgen_anon_1.wr_cqe = cqe;
                 wr.send_flags |= signaled;

@@ -72,7 +72,7 @@ impl<P> Sink<P> {
             }
         }
         let mut list = self.list.lock();
-        Ok(core::mem::replace(&mut *list, KVec::new()))
+        Ok(core::mem::take(&mut *list))
     }
 }
 
@@ -893,7 +893,7 @@ extern "C" fn rdma_kunit_verbs_poll_contexts() -> c_int {
             }
             // With DIRECT the sleeps above may have consumed signals: take the list as it is.
             let got = if poll == PollContext::Direct {
-                core::mem::replace(&mut *s.list.lock(), KVec::new())
+                core::mem::take(&mut *s.list.lock())
             } else {
                 s.wait(2)?
             };

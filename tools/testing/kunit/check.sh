@@ -1,0 +1,56 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# Static checks of the project's Rust code (`make check`):
+#  - rustfmt, with the kernel tree's .rustfmt.toml (what `make rustfmtcheck` uses);
+#  - `bindings::` only inside rust/rdma;
+#  - clippy (the kernel's CLIPPY=1) on kernel::rdma and on both modules: no warning
+#    in this project's files.
+# The modules are linted object by object: linking them against a clippy-driver
+# build of the kernel crate trips modpost on 6.12 with this rustc (upstream
+# symbols such as Kmalloc::aligned_layout go missing), which says nothing about
+# the code. The tree is rebuilt normally afterwards.
+. "$(dirname "$0")/lib.sh"
+
+"$KUNIT_DIR/build.sh"
+fail=0
+cd "$PROJECT_DIR"
+mapfile -t rs < <(git ls-files '*.rs' 2>/dev/null || find rust drivers samples tools -name '*.rs')
+
+log "rustfmt --check"
+if ! rustfmt --edition 2021 --check --config-path "$KSRC/.rustfmt.toml" "${rs[@]}" > "$LOGS/rustfmt.log" 2>&1; then
+	cat "$LOGS/rustfmt.log" >&2
+	echo "check: rustfmt: files above are not formatted" >&2
+	fail=1
+fi
+
+log "bindings:: outside rust/rdma"
+if grep -n 'bindings::' "${rs[@]}" | grep -v '^rust/rdma/'; then
+	echo "check: the lines above use bindings:: outside rust/rdma" >&2
+	fail=1
+fi
+
+log "clippy: kernel::rdma"
+"${KMAKE[@]}" CLIPPY=1 rust/ > "$LOGS/clippy-kernel.log" 2>&1 || { cat "$LOGS/clippy-kernel.log" >&2; fail=1; }
+clippy_warnings() {
+	grep -E '^(warning|error)' -A3 "$1" | grep -B3 -E -- "--> .*$2" | grep -E '^(warning|error)|-->' || true
+}
+w=$(clippy_warnings "$LOGS/clippy-kernel.log" 'rust/kernel/rdma/')
+[ -z "$w" ] || { echo "$w" >&2; echo "check: clippy warnings in kernel::rdma" >&2; fail=1; }
+
+for spec in rdma_rust_ulp:CONFIG_RDMA_RUST_ULP:rdma_rust_ulp.o rdma_kunit:CONFIG_RDMA_RUST_KUNIT:rdma_kunit_tests.o; do
+	IFS=: read -r name opt obj <<< "$spec"
+	log "clippy: $name"
+	touch "$MODBUILD/$name"/*.rs
+	"${KMAKE[@]}" CLIPPY=1 M="$MODBUILD/$name" "$opt=m" "$obj" > "$LOGS/clippy-$name.log" 2>&1 ||
+		{ cat "$LOGS/clippy-$name.log" >&2; fail=1; }
+	w=$(clippy_warnings "$LOGS/clippy-$name.log" "modules/$name/")
+	[ -z "$w" ] || { echo "$w" >&2; echo "check: clippy warnings in $name" >&2; fail=1; }
+done
+
+log "rebuilding without clippy"
+"$KUNIT_DIR/build.sh"
+if [ $fail = 0 ]; then
+	echo "check: rustfmt, bindings and clippy clean"
+else
+	die "static checks failed"
+fi
