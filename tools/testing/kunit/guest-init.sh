@@ -161,8 +161,8 @@ mode_test() {
 	# rdma_cm + RC traffic on one rxe device, from user space (the peer the ULP
 	# will later talk to): checks the image and the device, and gives a baseline.
 	suite_begin rdma_loopback
-	check rping_64B_x200 rping_pair 10.77.0.1 200 64
-	check rping_4KiB_x200 rping_pair 10.77.0.1 200 4096
+	check rping_64B_x100 rping_pair 10.77.0.1 100 64
+	check rping_4KiB_x100 rping_pair 10.77.0.1 100 4096
 	suite_end
 
 	suite_begin rdma_leaks
