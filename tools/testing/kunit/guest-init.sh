@@ -30,6 +30,8 @@ kmsg() { echo "$*" > /dev/kmsg; }
 say() { echo "$*" > /dev/console; }
 shutdown() {
 	kmsg "rdmatest: done"
+	# `make run` boots with `quiet`: the host needs the marker on the console too.
+	grep -qw quiet /proc/cmdline && say "rdmatest: done"
 	sync
 	reboot -f
 }
