@@ -218,6 +218,16 @@ impl Device {
         })
     }
 
+    /// Returns entry `index` of the P_Key table of `port` (`ib_query_pkey`); RoCE ports have
+    /// the default P_Key `0xffff` at index 0. `EINVAL` for a bad port or index. May sleep.
+    pub fn pkey(&self, port: u32, index: u16) -> Result<u16> {
+        self.check_port(port)?;
+        let mut pkey = 0u16;
+        // SAFETY: `self.as_raw()` is valid, `port` checked; the core checks `index`.
+        to_result(unsafe { bindings::ib_query_pkey(self.as_raw(), port, index, &mut pkey) })?;
+        Ok(pkey)
+    }
+
     /// Finds the GID of `port` through which RoCE traffic of this kernel can flow: a RoCE v2
     /// GID that maps an IPv4 address (`::ffff:a.b.c.d`), or else the first valid GID.
     ///

@@ -21,6 +21,7 @@ pub mod client;
 pub mod cq;
 pub mod device;
 pub mod dma;
+pub mod event;
 pub mod mr;
 pub mod pd;
 pub mod qp;

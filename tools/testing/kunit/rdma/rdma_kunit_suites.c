@@ -56,6 +56,8 @@ RDMA_KUNIT_CASE(rdma_kunit_verbs_rnr)
 RDMA_KUNIT_CASE(rdma_kunit_verbs_drop_drains)
 RDMA_KUNIT_CASE(rdma_kunit_verbs_cq_overrun)
 RDMA_KUNIT_CASE(rdma_kunit_verbs_poll_contexts)
+RDMA_KUNIT_CASE(rdma_kunit_verbs_local_inv)
+RDMA_KUNIT_CASE(rdma_kunit_verbs_port_events)
 
 static struct kunit_case rdma_client_cases[] = {
 	KUNIT_CASE(rdma_kunit_client_add_each_device_case),
@@ -96,6 +98,8 @@ static struct kunit_case rdma_verbs_cases[] = {
 	KUNIT_CASE(rdma_kunit_verbs_drop_drains_case),
 	KUNIT_CASE(rdma_kunit_verbs_cq_overrun_case),
 	KUNIT_CASE(rdma_kunit_verbs_poll_contexts_case),
+	KUNIT_CASE(rdma_kunit_verbs_local_inv_case),
+	KUNIT_CASE(rdma_kunit_verbs_port_events_case),
 	{}
 };
 

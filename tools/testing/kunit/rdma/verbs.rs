@@ -18,6 +18,7 @@ use kernel::{
         cq::{Cq, PollContext, Wc, WcOpcode, WcStatus},
         device::Device,
         dma::DmaBuf,
+        event::{Event, EventHandler, EventRegistration},
         mr::Mr,
         pd::Pd,
         qp::{Access, Qp, QpCaps, QpState, QpType, RcParams, Rts},
@@ -906,5 +907,135 @@ extern "C" fn rdma_kunit_verbs_poll_contexts() -> c_int {
             drop(got);
         }
         leak_check()
+    })())
+}
+
+/// LOCAL_INV revokes an rkey: a WRITE with it fails afterwards, and the memory is untouched.
+#[no_mangle]
+extern "C" fn rdma_kunit_verbs_local_inv() -> c_int {
+    ret((|| {
+        let dev = rxe0()?;
+        let p = rc_pair(&dev)?;
+        let mr = registered_mr(&p.b, 4096, 0, Access::REMOTE_WRITE)?;
+        let remote = mr.remote();
+        let s = sink::<DmaBuf>()?;
+        // The key works...
+        p.a.post_send(twr(filled(&p.pd, 64, 8)?, &s)?, |t, ops| {
+            ops.write(&t.payload, 0..64, remote)?;
+            Ok(())
+        })?;
+        let d = s.wait(1)?;
+        check!(
+            d[0].status == WcStatus::Success,
+            "write before invalidation: {:?}",
+            d[0].status
+        );
+        // ...until its owner invalidates it.
+        let inv = sink::<()>()?;
+        let rkey = remote.rkey;
+        p.b.post_send(twr((), &inv)?, |_, ops| {
+            ops.local_inv(rkey)?;
+            Ok(())
+        })?;
+        let d = inv.wait(1)?;
+        check!(
+            d[0].status == WcStatus::Success && d[0].opcode == Some(WcOpcode::LocalInv),
+            "local_inv: {:?} {:?}",
+            d[0].status,
+            d[0].opcode
+        );
+        p.a.post_send(twr(filled(&p.pd, 64, 9)?, &s)?, |t, ops| {
+            ops.write(&t.payload, 0..64, remote)?;
+            Ok(())
+        })?;
+        let d = s.wait(1)?;
+        check!(
+            d[0].status == WcStatus::RemAccessErr,
+            "write after invalidation: {:?}",
+            d[0].status
+        );
+        check!(
+            matches(&mr.buf().ok_or(EINVAL)?.as_slice()[..64], 8),
+            "memory changed after invalidation"
+        );
+        drop((d, mr, p));
+        leak_check()
+    })())
+}
+
+/// Records the events of a device for the test thread.
+#[pin_data]
+struct Events {
+    #[pin]
+    list: SpinLockBh<KVec<Event>>,
+    #[pin]
+    sig: Signal,
+}
+
+struct Watch(Arc<Events>);
+
+impl EventHandler for Watch {
+    fn event(&self, _dev: &Device, ev: Event) {
+        let _ = self.0.list.lock().push(ev, GFP_ATOMIC);
+        self.0.sig.complete();
+    }
+}
+
+impl Events {
+    /// Waits until `want` has been seen.
+    fn wait_for(&self, want: Event) -> Result {
+        for _ in 0..20 {
+            if self.list.lock().iter().any(|&e| e == want) {
+                return Ok(());
+            }
+            let _ = self.sig.wait_timeout(1000);
+        }
+        pr_err!("no {:?} event; saw {:?}\n", want, &self.list.lock()[..]);
+        Err(ETIMEDOUT)
+    }
+}
+
+/// Port events reach a registered handler: the netdev going down gives PORT_ERR, coming back
+/// PORT_ACTIVE; nothing arrives after the registration is dropped.
+#[no_mangle]
+extern "C" fn rdma_kunit_verbs_port_events() -> c_int {
+    ret((|| {
+        let dev = rxe0()?;
+        let ndev = dev.netdev_name(1)?;
+        let ev = Arc::pin_init(
+            pin_init!(Events {
+                list <- new_spinlock_bh!(KVec::new(), "rdma_kunit_events"),
+                sig <- Signal::new(),
+            }),
+            GFP_KERNEL,
+        )?;
+        let reg = EventRegistration::new(&dev, Watch(ev.clone()))?;
+        let down = crate::run(kernel::fmt!("/usr/bin/ip link set {ndev} down"))?;
+        check!(down == 0, "ip link set {ndev} down: {down}");
+        let saw_err = ev.wait_for(Event::PortErr(1));
+        let up = crate::run(kernel::fmt!("/usr/bin/ip link set {ndev} up"))?;
+        check!(up == 0, "ip link set {ndev} up: {up}");
+        saw_err?;
+        ev.wait_for(Event::PortActive(1))?;
+        drop(reg);
+        let n = ev.list.lock().len();
+        let again = crate::run(kernel::fmt!(
+            "/usr/bin/ip link set {ndev} down && /usr/bin/ip link set {ndev} up"
+        ))?;
+        check!(again == 0, "second down/up: {again}");
+        let _ = ev.sig.wait_timeout(2000);
+        check!(
+            ev.list.lock().len() == n,
+            "events arrived after the registration was dropped"
+        );
+        // The port is back for the cases that follow.
+        for _ in 0..50 {
+            if dev.query_port(1)?.state() == kernel::rdma::device::PortState::Active {
+                return Ok(());
+            }
+            let _ = ev.sig.wait_timeout(200);
+        }
+        check!(false, "{ndev}: port did not come back");
+        Ok(())
     })())
 }
