@@ -7,6 +7,7 @@
 ifneq ($(KERNELRELEASE),)
 
 obj-$(CONFIG_RDMA_RUST_ULP) += drivers/rdma_rust_ulp/
+obj-$(CONFIG_SAMPLE_RDMA_RUST_LOOPBACK) += samples/rdma_rust/
 
 else
 

@@ -36,6 +36,7 @@ sync_file "$PROJECT_DIR/rust/rdma/helpers.c" "$KSRC/rust/helpers/rdma.c"
 sync_file "$PROJECT_DIR/Kconfig" "$KSRC/drivers/rdma_rust/Kconfig"
 sync_file "$PROJECT_DIR/Makefile" "$KSRC/drivers/rdma_rust/Makefile"
 sync_dir "$PROJECT_DIR/drivers/rdma_rust_ulp" "$KSRC/drivers/rdma_rust/drivers/rdma_rust_ulp"
+sync_dir "$PROJECT_DIR/samples/rdma_rust" "$KSRC/drivers/rdma_rust/samples/rdma_rust"
 
 # --- 2. configuration --------------------------------------------------------
 fragment=$KUNIT_DIR/rdma.config
@@ -85,4 +86,5 @@ build_ext() {
 }
 build_ext rdma_rust_ulp "$PROJECT_DIR/drivers/rdma_rust_ulp" CONFIG_RDMA_RUST_ULP=m
 build_ext rdma_kunit "$KUNIT_DIR/rdma" CONFIG_RDMA_RUST_KUNIT=m
+build_ext rdma_rust_loopback "$PROJECT_DIR/samples/rdma_rust" CONFIG_SAMPLE_RDMA_RUST_LOOPBACK=m
 log "build done: $KSRC/arch/x86/boot/bzImage"

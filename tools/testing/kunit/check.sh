@@ -3,7 +3,7 @@
 # Static checks of the project's Rust code (`make check`):
 #  - rustfmt, with the kernel tree's .rustfmt.toml (what `make rustfmtcheck` uses);
 #  - `bindings::` only inside rust/rdma;
-#  - clippy (the kernel's CLIPPY=1) on kernel::rdma and on both modules: no warning
+#  - clippy (the kernel's CLIPPY=1) on kernel::rdma, the modules and the sample: no warning
 #    in this project's files.
 # The modules are linted object by object: linking them against a clippy-driver
 # build of the kernel crate trips modpost on 6.12 with this rustc (upstream
@@ -37,7 +37,8 @@ clippy_warnings() {
 w=$(clippy_warnings "$LOGS/clippy-kernel.log" 'rust/kernel/rdma/')
 [ -z "$w" ] || { echo "$w" >&2; echo "check: clippy warnings in kernel::rdma" >&2; fail=1; }
 
-for spec in rdma_rust_ulp:CONFIG_RDMA_RUST_ULP:rdma_rust_ulp.o rdma_kunit:CONFIG_RDMA_RUST_KUNIT:rdma_kunit_tests.o; do
+for spec in rdma_rust_ulp:CONFIG_RDMA_RUST_ULP:rdma_rust_ulp.o rdma_kunit:CONFIG_RDMA_RUST_KUNIT:rdma_kunit_tests.o \
+	rdma_rust_loopback:CONFIG_SAMPLE_RDMA_RUST_LOOPBACK:rdma_rust_loopback.o; do
 	IFS=: read -r name opt obj <<< "$spec"
 	log "clippy: $name"
 	touch "$MODBUILD/$name"/*.rs

@@ -160,11 +160,20 @@ mode_test() {
 		'[ "$(dmesg | grep -c "rdma_rust_ulp: rxe[01]: detached, device state freed")" = 3 ]'
 	suite_end
 
+	# samples/: an RC message through a loopback QP pair on each device.
+	suite_begin rdma_samples
+	check insmod_loopback insmod /lib/modules/extra/rdma_rust_loopback.ko
+	for d in rxe0 rxe1; do
+		check "${d}_rc_message" dmesg_has "rdma_rust_loopback: $d: RC loopback: 23 bytes sent, received and checked"
+	done
+	check rmmod_loopback timeout 30 rmmod rdma_rust_loopback
+	suite_end
+
 	# rdma_cm + RC traffic on one rxe device, from user space (the peer the ULP
 	# will later talk to): checks the image and the device, and gives a baseline.
 	suite_begin rdma_loopback
-	check rping_64B_x100 rping_pair 10.77.0.1 100 64
-	check rping_4KiB_x100 rping_pair 10.77.0.1 100 4096
+	check rping_64B_x50 rping_pair 10.77.0.1 50 64
+	check rping_4KiB_x50 rping_pair 10.77.0.1 50 4096
 	suite_end
 
 	suite_begin rdma_leaks
@@ -202,6 +211,11 @@ mode_run() {
 	say "=== rmmod rdma_rust_ulp ==="
 	rmmod rdma_rust_ulp
 	dmesg | grep 'rdma_rust_ulp:' | tail -n 1 | sed 's/^\[[ 0-9.]*\] /  /' > /dev/console
+	say ""
+	say "=== insmod samples/rdma_rust/rdma_rust_loopback.ko (one RC message per device) ==="
+	insmod /lib/modules/extra/rdma_rust_loopback.ko
+	dmesg | grep 'rdma_rust_loopback: rxe' | sed 's/^\[[ 0-9.]*\] /  /' > /dev/console
+	rmmod rdma_rust_loopback
 	say ""
 }
 

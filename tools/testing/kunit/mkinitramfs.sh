@@ -48,7 +48,8 @@ printf '127.0.0.1 localhost\n' > "$root/etc/hosts"
 # Kernel modules (rdma_rxe and its dependencies) with depmod's index.
 cp -a "$IMAGES/modroot/lib/modules" "$root/lib/"
 # The project's out-of-tree modules.
-cp "$MODBUILD/rdma_rust_ulp/rdma_rust_ulp.ko" "$MODBUILD/rdma_kunit/rdma_kunit.ko" "$root/lib/modules/extra/"
+cp "$MODBUILD/rdma_rust_ulp/rdma_rust_ulp.ko" "$MODBUILD/rdma_kunit/rdma_kunit.ko" \
+	"$MODBUILD/rdma_rust_loopback/rdma_rust_loopback.ko" "$root/lib/modules/extra/"
 
 cp "$KUNIT_DIR/guest-init.sh" "$root/init"
 chmod +x "$root/init"
