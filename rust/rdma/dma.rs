@@ -15,7 +15,7 @@
 //! Access through [`DmaBuf::as_slice`] and [`DmaBuf::as_mut_slice`] syncs the buffer for the CPU;
 //! posting syncs it for the device.
 
-use super::pd::Pd;
+use super::{device::Device, pd::Pd};
 use crate::{
     alloc::{flags::*, Flags, KVec},
     bindings,
@@ -70,10 +70,7 @@ impl DmaBuf {
         // SAFETY: `buf` is `len` bytes of kmalloc memory (linear map), which stays allocated and
         // in place until it is unmapped in `drop`.
         let dma = unsafe { bindings::ib_dma_map_single(dev, buf.as_mut_ptr().cast(), len, DIR) };
-        // SAFETY: `dev` is valid and `dma` was returned by a mapping call on it.
-        if unsafe { bindings::ib_dma_mapping_error(dev, dma) } != 0 {
-            return Err(ENOMEM);
-        }
+        check_mapping(pd.device(), dma)?;
         // INVARIANT: `buf` is mapped at `dma` and is never resized after this point.
         Ok(Self {
             buf,
@@ -134,14 +131,19 @@ impl DmaBuf {
         }
     }
 
+    /// Returns the length of `range`; `EINVAL` if it is empty or not inside the buffer.
+    fn check_range(&self, range: &Range<usize>) -> Result<u32> {
+        if range.start >= range.end || range.end > self.len() {
+            return Err(EINVAL);
+        }
+        u32::try_from(range.end - range.start).map_err(|_| EINVAL)
+    }
+
     /// Hands `range` of the buffer to the device and returns the SGE that describes it.
     ///
     /// `EINVAL` if `range` is empty or does not lie inside the buffer.
     pub(crate) fn sge(&self, range: Range<usize>) -> Result<bindings::ib_sge> {
-        if range.start >= range.end || range.end > self.len() {
-            return Err(EINVAL);
-        }
-        let length = u32::try_from(range.end - range.start).map_err(|_| EINVAL)?;
+        let length = self.check_range(&range)?;
         // SAFETY: The range was checked to lie inside the live mapping.
         unsafe {
             bindings::ib_dma_sync_single_for_device(
@@ -160,10 +162,7 @@ impl DmaBuf {
 
     /// The CPU address of `range`, for inline sends (the driver copies it at post time).
     pub(crate) fn inline_sge(&self, range: Range<usize>) -> Result<bindings::ib_sge> {
-        if range.start >= range.end || range.end > self.len() {
-            return Err(EINVAL);
-        }
-        let length = u32::try_from(range.end - range.start).map_err(|_| EINVAL)?;
+        let length = self.check_range(&range)?;
         Ok(bindings::ib_sge {
             addr: self.buf.as_ptr() as u64 + range.start as u64,
             length,
@@ -180,6 +179,15 @@ impl Drop for DmaBuf {
             bindings::ib_dma_unmap_single(self.pd.device().as_raw(), self.dma, self.len(), DIR)
         };
     }
+}
+
+/// Turns a failed mapping of `dev` into `ENOMEM`; `dma` comes from a mapping call on `dev`.
+fn check_mapping(dev: &Device, dma: u64) -> Result {
+    // SAFETY: `dev` is a valid device; the call only inspects the address.
+    if unsafe { bindings::ib_dma_mapping_error(dev.as_raw(), dma) } != 0 {
+        return Err(ENOMEM);
+    }
+    Ok(())
 }
 
 /// A page of memory DMA-mapped for the device of a [`Pd`] while it lives (`ib_dma_map_page`).
@@ -200,10 +208,7 @@ impl DmaPage {
         let dev = pd.device().as_raw();
         // SAFETY: `page` is an allocated page that outlives the mapping (unmapped in `drop`).
         let dma = unsafe { bindings::ib_dma_map_page(dev, page.as_ptr(), 0, PAGE_SIZE, DIR) };
-        // SAFETY: `dev` is valid and `dma` was returned by a mapping call on it.
-        if unsafe { bindings::ib_dma_mapping_error(dev, dma) } != 0 {
-            return Err(ENOMEM);
-        }
+        check_mapping(pd.device(), dma)?;
         // INVARIANT: The page is mapped at `dma`.
         Ok(Self {
             page,

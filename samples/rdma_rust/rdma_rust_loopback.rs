@@ -50,9 +50,10 @@ impl Completion for Msg {
     // Softirq context: no sleeping, only atomics and the completion.
     fn done(wr: Wr<Self>, wc: &Wc) {
         let msg = wr.data();
-        let content_ok = msg
-            .expect
-            .is_none_or(|e| msg.buf.as_slice().get(..e.len()) == Some(e));
+        let content_ok = match msg.expect {
+            Some(e) => msg.buf.as_slice().get(..e.len()) == Some(e),
+            None => true,
+        };
         let ok = wc.status() == WcStatus::Success && content_ok;
         msg.done.ok.store(ok, core::sync::atomic::Ordering::Relaxed);
         msg.done

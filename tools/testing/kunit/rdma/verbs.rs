@@ -985,7 +985,7 @@ impl Events {
     /// Waits until `want` has been seen.
     fn wait_for(&self, want: Event) -> Result {
         for _ in 0..20 {
-            if self.list.lock().iter().any(|&e| e == want) {
+            if self.list.lock().contains(&want) {
                 return Ok(());
             }
             let _ = self.sig.wait_timeout(1000);
