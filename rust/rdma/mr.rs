@@ -76,10 +76,17 @@ impl Mr {
     }
 
     /// Makes the MR describe `buf` (`ib_map_mr_sg`); it takes effect for the peer when a
-    /// [`reg_mr`](super::wr::SendOps::reg_mr) operation completes. A buffer mapped before is
-    /// dropped. `EINVAL` when the buffer spans more pages than the MR can map or belongs to
-    /// another PD; the buffer is given back with the error.
+    /// [`reg_mr`](super::wr::SendOps::reg_mr) operation completes.
+    ///
+    /// An MR maps one buffer for its whole life: a registration made for a buffer stays usable
+    /// by the peer until it is invalidated, and the driver does not tell when that has
+    /// happened, so the buffer is freed only with the MR (`EBUSY` for a second `map`). `EINVAL`
+    /// when the buffer spans more pages than the MR can map or belongs to another PD. The
+    /// buffer is given back with the error.
     pub fn map(&mut self, buf: DmaBuf) -> Result<(), (Error, DmaBuf)> {
+        if self.buf.is_some() {
+            return Err((EBUSY, buf));
+        }
         let first = buf.dma_addr() as usize % PAGE_SIZE;
         let pages = (first + buf.len()).div_ceil(PAGE_SIZE);
         if pages > self.max_pages as usize || !Arc::ptr_eq(buf.pd(), &self.pd) {

@@ -918,6 +918,14 @@ extern "C" fn rdma_kunit_verbs_local_inv() -> c_int {
         let p = rc_pair(&dev)?;
         let mr = registered_mr(&p.b, 4096, 0, Access::REMOTE_WRITE)?;
         let remote = mr.remote();
+        // The MR keeps its buffer while a registration for it may live.
+        let mut mr = mr;
+        let e = mr.map(DmaBuf::new(&p.pd, 64, GFP_KERNEL)?);
+        check!(
+            matches!(&e, Err((err, _)) if *err == EBUSY),
+            "second map of a registered MR"
+        );
+        drop(e);
         let s = sink::<DmaBuf>()?;
         // The key works...
         p.a.post_send(twr(filled(&p.pd, 64, 8)?, &s)?, |t, ops| {
