@@ -202,6 +202,20 @@ impl Drop for Cq {
 }
 
 /// The status of a work completion (`enum ib_wc_status`).
+///
+/// # Examples
+///
+/// A handler tells a flushed request (its QP was stopped) from a real failure:
+///
+/// ```
+/// use kernel::rdma::cq::WcStatus;
+///
+/// fn retry_worth(s: WcStatus) -> bool {
+///     !matches!(s, WcStatus::Success | WcStatus::WrFlushErr)
+/// }
+/// assert!(retry_worth(WcStatus::RnrRetryExcErr));
+/// assert!(!retry_worth(WcStatus::WrFlushErr));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WcStatus {
     /// The work request completed.

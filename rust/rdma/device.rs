@@ -248,6 +248,18 @@ impl Device {
 
 /// A GID (`union ib_gid`): the 128-bit address of a port, an IPv6 or IPv4-mapped address on
 /// RoCE.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::device::Gid;
+///
+/// let mut raw = [0u8; 16];
+/// raw[10..].copy_from_slice(&[0xff, 0xff, 10, 77, 0, 1]);
+/// let s = kernel::str::CString::try_from_fmt(kernel::fmt!("{}", Gid(raw)))?;
+/// assert_eq!(s.to_str()?, "0000:0000:0000:0000:0000:ffff:0a4d:0001");
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Gid(pub [u8; 16]);
 

@@ -20,6 +20,21 @@ use crate::{
 };
 
 /// An asynchronous event of a device (`struct ib_event`, for the events ULPs act on).
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::event::Event;
+///
+/// fn port_of(e: Event) -> Option<u32> {
+///     match e {
+///         Event::PortActive(p) | Event::PortErr(p) | Event::GidChange(p) => Some(p),
+///         _ => None,
+///     }
+/// }
+/// assert_eq!(port_of(Event::PortErr(1)), Some(1));
+/// assert_eq!(port_of(Event::DeviceFatal), None);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {
     /// The port (its number) became active (`IB_EVENT_PORT_ACTIVE`).

@@ -65,6 +65,15 @@ pub enum QpType {
 
 /// The queue sizes of a QP. Each queue gets one extra slot from the driver, kept for the drain
 /// marker.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::qp::QpCaps;
+///
+/// let caps = QpCaps { send_depth: 64, max_inline: 128, ..QpCaps::default() };
+/// assert_eq!((caps.recv_depth, caps.send_sge), (16, 1));
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct QpCaps {
     /// Send requests (counting each chained operation) outstanding at most.
@@ -92,6 +101,16 @@ impl Default for QpCaps {
 }
 
 /// Remote access rights of an RC QP or a memory region (`enum ib_access_flags`).
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::qp::Access;
+///
+/// let rw = Access::REMOTE_READ | Access::REMOTE_WRITE;
+/// assert_eq!(rw.bits() & Access::REMOTE_WRITE.bits(), Access::REMOTE_WRITE.bits());
+/// assert_eq!(Access::NONE.bits(), 0);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Access(u32);
 

@@ -190,6 +190,15 @@ unsafe extern "C" fn done_callback<T: Completion>(
 
 /// A remote buffer: the address and rkey a peer granted (through a fast-registered
 /// [`Mr`](super::mr::Mr)).
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::wr::Remote;
+///
+/// let r = Remote { addr: 0x1000, rkey: 0x42 };
+/// assert_eq!(r.offset(0x10), Remote { addr: 0x1010, rkey: 0x42 });
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Remote {
     /// The remote address (an I/O virtual address of the peer's memory region).
