@@ -146,17 +146,10 @@ impl Cq {
     /// outstanding than entries overruns, which is a fatal device error. `EINVAL` if the free
     /// entries are fewer than `n`.
     pub(crate) fn reserve(&self, n: u32) -> Result {
-        let entries = self.entries();
-        let mut cur = self.reserved.load(Ordering::Relaxed);
-        loop {
-            let new = cur.checked_add(n).filter(|&v| v <= entries).ok_or(EINVAL)?;
-            match self
-                .reserved
-                .compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Relaxed)
-            {
-                Ok(_) => return Ok(()),
-                Err(v) => cur = v,
-            }
+        if super::sync::claim(&self.reserved, n, self.entries()) {
+            Ok(())
+        } else {
+            Err(EINVAL)
         }
     }
 

@@ -257,13 +257,10 @@ pub(crate) unsafe fn release_slots(qp: *mut bindings::ib_qp, queue: Queue, n: u3
 
 /// Claims `n` of `depth` slots in `used`; `ENOMEM` when they are not free.
 fn reserve(used: &AtomicU32, n: u32, depth: u32) -> Result {
-    let mut cur = used.load(Ordering::Relaxed);
-    loop {
-        let new = cur.checked_add(n).filter(|&v| v <= depth).ok_or(ENOMEM)?;
-        match used.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Relaxed) {
-            Ok(_) => return Ok(()),
-            Err(v) => cur = v,
-        }
+    if super::sync::claim(used, n, depth) {
+        Ok(())
+    } else {
+        Err(ENOMEM)
     }
 }
 
@@ -634,17 +631,7 @@ impl<S: State> Qp<S> {
     /// Moves the QP to the error state: every outstanding request completes with
     /// [`WcStatus::WrFlushErr`](super::cq::WcStatus::WrFlushErr) and goes back to its owner.
     pub fn set_error(&self) -> Result {
-        // SAFETY: All-zeroes is a valid `ib_qp_attr`; only masked fields are read.
-        let mut attr: bindings::ib_qp_attr = unsafe { core::mem::zeroed() };
-        attr.qp_state = bindings::ib_qp_state_IB_QPS_ERR;
-        // SAFETY: `ptr` is valid (invariant); `attr` is valid for the mask.
-        to_result(unsafe {
-            bindings::ib_modify_qp(
-                self.inner.ptr,
-                &mut attr,
-                bindings::ib_qp_attr_mask_IB_QP_STATE as i32,
-            )
-        })
+        self.inner.set_error()
     }
 
     /// Stops the QP for good and waits until every posted request has come back to its owner
@@ -800,6 +787,21 @@ impl QpInner {
         to_result(unsafe { bindings::ib_modify_qp(self.ptr, attr, mask as i32) })
     }
 
+    /// Moves the QP to the error state, flushing every outstanding request.
+    fn set_error(&self) -> Result {
+        // SAFETY: All-zeroes is a valid `ib_qp_attr`; only masked fields are read.
+        let mut attr: bindings::ib_qp_attr = unsafe { core::mem::zeroed() };
+        attr.qp_state = bindings::ib_qp_state_IB_QPS_ERR;
+        // SAFETY: `ptr` is valid (invariant); `attr` is valid for the mask.
+        to_result(unsafe {
+            bindings::ib_modify_qp(
+                self.ptr,
+                &mut attr,
+                bindings::ib_qp_attr_mask_IB_QP_STATE as i32,
+            )
+        })
+    }
+
     fn enter(&self) -> Result<PostGuard<'_>> {
         self.shared.posters.fetch_add(1, Ordering::SeqCst);
         let guard = PostGuard(&self.shared);
@@ -833,21 +835,10 @@ impl QpInner {
     /// Drains a UD QP: `ib_drain_sq` posts an RDMA WRITE marker, which a UD QP refuses, so the
     /// QP is moved to the error state and the requests this module counts are waited for.
     fn drain_by_flush(&self) {
-        // SAFETY: All-zeroes is a valid `ib_qp_attr`; only masked fields are read.
-        let mut attr: bindings::ib_qp_attr = unsafe { core::mem::zeroed() };
-        attr.qp_state = bindings::ib_qp_state_IB_QPS_ERR;
-        // SAFETY: `ptr` is valid (invariant); `attr` is valid for the mask.
-        let ret = unsafe {
-            bindings::ib_modify_qp(
-                self.ptr,
-                &mut attr,
-                bindings::ib_qp_attr_mask_IB_QP_STATE as i32,
-            )
-        };
-        if ret != 0 {
+        if let Err(e) = self.set_error() {
             crate::pr_err!(
-                "kernel::rdma: cannot move UD QP to error for drain: {}\n",
-                ret
+                "kernel::rdma: cannot move UD QP to error for drain: {:?}\n",
+                e
             );
             return;
         }

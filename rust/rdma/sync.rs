@@ -24,6 +24,7 @@ use crate::{
     sync::lock::{Backend, Lock},
     types::Opaque,
 };
+use core::sync::atomic::{AtomicU32, Ordering};
 
 /// Creates a [`SpinLockBh`] with a lockdep class of its own for this call site.
 ///
@@ -160,6 +161,23 @@ impl Completion {
             Err(ETIMEDOUT)
         } else {
             Ok(())
+        }
+    }
+}
+
+/// Adds `n` to `counter` if the sum stays within `limit`; returns whether it did.
+///
+/// The accounting behind queue depths and CQ entries: lock-free, so usable from completion
+/// handlers.
+pub(crate) fn claim(counter: &AtomicU32, n: u32, limit: u32) -> bool {
+    let mut cur = counter.load(Ordering::Relaxed);
+    loop {
+        let Some(new) = cur.checked_add(n).filter(|&v| v <= limit) else {
+            return false;
+        };
+        match counter.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Relaxed) {
+            Ok(_) => return true,
+            Err(v) => cur = v,
         }
     }
 }
