@@ -21,6 +21,43 @@ use crate::{
 /// A UD send names its AH by reference ([`SendOps::send_ud`](super::wr::SendOps::send_ud)), so
 /// the request's owner keeps an `Arc<Ah>` and the AH outlives every request using it.
 ///
+/// # Examples
+///
+/// A UD datagram to a peer QP; the buffer starts past nothing (sends need no GRH room, only
+/// receives do).
+///
+/// ```
+/// use kernel::rdma::{
+///     ah::Ah, cq::Wc, dma::DmaBuf, qp::{Endpoint, Qp, Rts}, wr::{Completion, Wr},
+/// };
+/// use kernel::sync::Arc;
+///
+/// struct Dgram {
+///     buf: DmaBuf,
+///     ah: Arc<Ah>,
+/// }
+///
+/// impl Completion for Dgram {
+///     fn done(wr: Wr<Self>, _wc: &Wc) {
+///         drop(wr);
+///     }
+/// }
+///
+/// fn send_to(qp: &Qp<Rts>, ah: &Arc<Ah>, peer: &Endpoint, qkey: u32) -> Result {
+///     let d = Dgram { buf: DmaBuf::new(qp.pd(), 256, GFP_KERNEL)?, ah: ah.clone() };
+///     qp.post_send(Wr::new(d, GFP_KERNEL)?, |d, ops| {
+///         ops.send_ud(&d.buf, 0..256, &d.ah, peer.qpn, qkey)?;
+///         Ok(())
+///     })?;
+///     Ok(())
+/// }
+///
+/// fn ah_for(qp: &Qp<Rts>, peer: &Endpoint) -> Result<Arc<Ah>> {
+///     // Sleeps (address resolution): process context, once per peer.
+///     Ah::new(qp.pd(), 1, &peer.gid)
+/// }
+/// ```
+///
 /// # Invariants
 ///
 /// `ptr` is an AH created on `pd`, valid until `Ah` is dropped.

@@ -306,40 +306,47 @@ impl WcOpcode {
 /// Only `status` and (for the requests that carry them) the fields of a successful completion
 /// are meaningful; for an error completion the other fields are undefined, and the accessors
 /// say so by returning `None` or zero.
-#[repr(transparent)]
-pub struct Wc(bindings::ib_wc);
+pub struct Wc {
+    raw: bindings::ib_wc,
+    qp_num: u32,
+}
 
 impl Wc {
-    /// Creates a reference to a [`Wc`] from a raw pointer.
-    ///
-    /// # Safety
-    ///
-    /// `ptr` must point to a valid `ib_wc` for the lifetime `'a`.
+    /// A completion as the core dispatched it, with the number of the QP it belongs to (read
+    /// while that QP was known to be alive; 0 when it was not).
     #[inline]
-    pub(crate) unsafe fn from_raw<'a>(ptr: *const bindings::ib_wc) -> &'a Self {
-        // SAFETY: `Wc` is transparent over `ib_wc`; the caller guarantees validity.
-        unsafe { &*ptr.cast::<Self>() }
+    pub(crate) fn new(raw: &bindings::ib_wc, qp_num: u32) -> Self {
+        Self { raw: *raw, qp_num }
+    }
+
+    /// A flush completion for a receive that never reached a QP (left on a destroyed SRQ).
+    pub(crate) fn flushed_recv() -> Self {
+        // SAFETY: All-zeroes is a valid `ib_wc` (null pointers, zero fields).
+        let mut raw: bindings::ib_wc = unsafe { core::mem::zeroed() };
+        raw.status = bindings::ib_wc_status_IB_WC_WR_FLUSH_ERR;
+        raw.opcode = bindings::ib_wc_opcode_IB_WC_RECV;
+        Self { raw, qp_num: 0 }
     }
 
     /// The status of the completion.
     pub fn status(&self) -> WcStatus {
-        WcStatus::from_raw(self.0.status)
+        WcStatus::from_raw(self.raw.status)
     }
 
     /// Whether the work request succeeded.
     pub fn is_ok(&self) -> bool {
-        self.0.status == bindings::ib_wc_status_IB_WC_SUCCESS
+        self.raw.status == bindings::ib_wc_status_IB_WC_SUCCESS
     }
 
     /// What completed; `None` for an error completion, where the opcode is undefined.
     pub fn opcode(&self) -> Option<WcOpcode> {
-        self.is_ok().then(|| WcOpcode::from_raw(self.0.opcode))
+        self.is_ok().then(|| WcOpcode::from_raw(self.raw.opcode))
     }
 
     /// Bytes received (receive completions) or transferred (RDMA READ); 0 on error.
     pub fn byte_len(&self) -> u32 {
         if self.is_ok() {
-            self.0.byte_len
+            self.raw.byte_len
         } else {
             0
         }
@@ -347,31 +354,31 @@ impl Wc {
 
     /// The immediate data of a SEND or RDMA WRITE with immediate, in host byte order.
     pub fn imm_data(&self) -> Option<u32> {
-        let with_imm = self.0.wc_flags & bindings::ib_wc_flags_IB_WC_WITH_IMM as i32 != 0;
+        let with_imm = self.raw.wc_flags & bindings::ib_wc_flags_IB_WC_WITH_IMM as i32 != 0;
         // SAFETY: With `IB_WC_WITH_IMM` set, the `ex` union holds `imm_data`.
-        (self.is_ok() && with_imm).then(|| u32::from_be(unsafe { self.0.ex.imm_data }))
+        (self.is_ok() && with_imm).then(|| u32::from_be(unsafe { self.raw.ex.imm_data }))
     }
 
     /// Whether a UD receive buffer starts with the 40-byte GRH (always on RoCE).
     pub fn has_grh(&self) -> bool {
-        self.is_ok() && self.0.wc_flags & bindings::ib_wc_flags_IB_WC_GRH as i32 != 0
+        self.is_ok() && self.raw.wc_flags & bindings::ib_wc_flags_IB_WC_GRH as i32 != 0
     }
 
     /// The sending QP of a UD receive.
     pub fn src_qp(&self) -> Option<u32> {
-        self.is_ok().then_some(self.0.src_qp)
+        self.is_ok().then_some(self.raw.src_qp)
     }
 
     /// The vendor error syndrome of an error completion.
     pub fn vendor_err(&self) -> u32 {
-        self.0.vendor_err
+        self.raw.vendor_err
     }
 
-    /// The number of the QP the work request was posted on.
+    /// The number of the QP the work request was posted on, or (for a receive taken from an
+    /// [`Srq`](super::srq::Srq)) that consumed it; 0 when that QP was already destroyed, or for
+    /// a receive flushed off a destroyed SRQ.
     pub fn qp_num(&self) -> u32 {
-        // SAFETY: The core fills in `qp` for every completion it dispatches, with a QP that
-        // outlives the dispatch.
-        unsafe { self.0.qp.as_ref() }.map_or(0, |qp| qp.qp_num)
+        self.qp_num
     }
 }
 

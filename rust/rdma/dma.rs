@@ -8,7 +8,8 @@
 //! mapped for a device for as long as it lives: it is allocated from the linear map (`kmalloc`;
 //! never vmalloc or the stack, which software devices such as `rdma_rxe` cannot reach), mapped
 //! with `ib_dma_map_single` when created and unmapped when dropped. [`DmaPage`] does the same for
-//! a whole page with `ib_dma_map_page`.
+//! a whole page with `ib_dma_map_page`, and [`DmaSg`] for a scatterlist of pages with
+//! `ib_dma_map_sg`.
 //!
 //! The CPU may look at a buffer only while no posted work request refers to it; the work request
 //! types of this crate enforce that by owning the buffers they use until their completion.
@@ -17,11 +18,12 @@
 
 use super::{device::Device, pd::Pd};
 use crate::{
-    alloc::{flags::*, Flags, KVec},
+    alloc::{flags::*, Flags, KBox, KVec},
     bindings,
-    error::{code::*, Result},
+    error::{code::*, Error, Result},
     page::{Page, PAGE_SIZE},
     sync::Arc,
+    types::Opaque,
 };
 use core::ops::Range;
 
@@ -192,6 +194,19 @@ fn check_mapping(dev: &Device, dma: u64) -> Result {
 
 /// A page of memory DMA-mapped for the device of a [`Pd`] while it lives (`ib_dma_map_page`).
 ///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::{dma::DmaPage, pd::Pd};
+///
+/// fn page_with(pd: &kernel::sync::Arc<Pd>, header: &[u8]) -> Result<DmaPage> {
+///     let page = DmaPage::new(pd)?;
+///     // SAFETY: `header` is valid for reads of its length; nothing else uses the page yet.
+///     unsafe { page.page().write_raw(header.as_ptr(), 0, header.len())? };
+///     Ok(page)
+/// }
+/// ```
+///
 /// # Invariants
 ///
 /// `page` is mapped at `dma` for `pd.device()` in direction `DIR` until `DmaPage` is dropped.
@@ -232,5 +247,198 @@ impl Drop for DmaPage {
     fn drop(&mut self) {
         // SAFETY: The page is mapped at `dma` (invariant).
         unsafe { bindings::ib_dma_unmap_page(self.pd.device().as_raw(), self.dma, PAGE_SIZE, DIR) };
+    }
+}
+
+/// Most pages of one [`DmaSg`].
+pub const MAX_SG_PAGES: usize = 256;
+
+/// Pages gathered in a scatterlist (`struct sg_table`), DMA-mapped for the device of a [`Pd`]
+/// while it lives (`ib_dma_map_sg`).
+///
+/// It is the memory of a multi-page [`Mr`](super::mr::Mr) ([`Mr::map_sg`]): the pages need not
+/// be contiguous. The CPU reads and writes it through [`DmaSg::read`] and [`DmaSg::write`],
+/// which sync the pages; like a [`DmaBuf`], it is only reachable while no posted request owns
+/// it.
+///
+/// [`Mr::map_sg`]: super::mr::Mr::map_sg
+///
+/// # Invariants
+///
+/// `table` is an initialised `sg_table` of `pages.len()` entries, entry `i` holding all of
+/// `pages[i]`, mapped for `pd.device()` in direction `DIR` into `nents` DMA entries, until
+/// `DmaSg` is dropped.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::{dma::DmaSg, pd::Pd};
+///
+/// fn three_pages(pd: &kernel::sync::Arc<Pd>) -> Result<DmaSg> {
+///     let mut sg = DmaSg::new(pd, 3)?;
+///     sg.write(4090, b"spans two pages")?;
+///     let mut back = [0u8; 15];
+///     sg.read(4090, &mut back)?;
+///     assert_eq!(&back, b"spans two pages");
+///     Ok(sg)
+/// }
+/// ```
+pub struct DmaSg {
+    pages: KVec<Page>,
+    table: KBox<Opaque<bindings::sg_table>>,
+    nents: u32,
+    pd: Arc<Pd>,
+}
+
+// SAFETY: The pages and table are owned; the mapping may be used and torn down on any thread.
+unsafe impl Send for DmaSg {}
+// SAFETY: `&DmaSg` allows reads only.
+unsafe impl Sync for DmaSg {}
+
+impl DmaSg {
+    /// Allocates `pages` zeroed pages, gathers them in a scatterlist and maps it.
+    ///
+    /// `EINVAL` for zero pages or more than [`MAX_SG_PAGES`]; `ENOMEM` when an allocation or
+    /// the mapping fails. May sleep.
+    pub fn new(pd: &Arc<Pd>, pages: usize) -> Result<Self> {
+        if pages == 0 || pages > MAX_SG_PAGES {
+            return Err(EINVAL);
+        }
+        let mut v = KVec::with_capacity(pages, GFP_KERNEL)?;
+        for _ in 0..pages {
+            v.push(Page::alloc_page(GFP_KERNEL | __GFP_ZERO)?, GFP_KERNEL)?;
+        }
+        let table = KBox::new(Opaque::<bindings::sg_table>::uninit(), GFP_KERNEL)?;
+        // SAFETY: `table` is writable; `pages` is at most `MAX_SG_PAGES`.
+        let ret =
+            unsafe { bindings::sg_alloc_table(table.get(), pages as u32, GFP_KERNEL.as_raw()) };
+        if ret != 0 {
+            return Err(Error::from_errno(ret));
+        }
+        // SAFETY: `sg_alloc_table` succeeded: `sgl` is the first of `pages` entries.
+        let mut sg = unsafe { (*table.get()).sgl };
+        for page in v.iter() {
+            // SAFETY: `sg` is one of the table's entries (there are as many as pages) and the
+            // page outlives the table (both are dropped together, the table first).
+            sg = unsafe { bindings::rdma_sg_set_page(sg, page.as_ptr()) };
+        }
+        let dev = pd.device().as_raw();
+        // SAFETY: The table is initialised and describes pages that live as long as it.
+        let n = unsafe { bindings::ib_dma_map_sg(dev, (*table.get()).sgl, pages as i32, DIR) };
+        if n <= 0 {
+            // SAFETY: Allocated above and not mapped.
+            unsafe { bindings::sg_free_table(table.get()) };
+            return Err(ENOMEM);
+        }
+        // INVARIANT: Filled and mapped above.
+        Ok(Self {
+            pages: v,
+            table,
+            nents: n as u32,
+            pd: pd.clone(),
+        })
+    }
+
+    /// The size in bytes (a whole number of pages).
+    pub fn len(&self) -> usize {
+        self.pages.len() * PAGE_SIZE
+    }
+
+    /// Always false: a `DmaSg` has at least one page.
+    pub fn is_empty(&self) -> bool {
+        self.pages.is_empty()
+    }
+
+    /// The number of pages.
+    pub fn pages(&self) -> usize {
+        self.pages.len()
+    }
+
+    /// The PD whose device the pages are mapped for.
+    pub fn pd(&self) -> &Arc<Pd> {
+        &self.pd
+    }
+
+    /// The first entry of the mapped scatterlist and the number of DMA entries.
+    pub(crate) fn mapped(&self) -> (*mut bindings::scatterlist, u32) {
+        // SAFETY: The table is initialised (invariant).
+        (unsafe { (*self.table.get()).sgl }, self.nents)
+    }
+
+    fn sync(&self, for_device: bool) {
+        // SAFETY: The table is mapped with `pages.len()` entries (invariant).
+        unsafe {
+            bindings::rdma_dma_sync_sg(
+                self.pd.device().as_raw(),
+                (*self.table.get()).sgl,
+                self.pages.len() as i32,
+                DIR,
+                for_device,
+            )
+        }
+    }
+
+    /// Calls `f(page, offset in page, range of the caller's buffer)` for each piece of
+    /// `offset .. offset + len`; `EINVAL` if it does not lie inside.
+    fn pieces(
+        &self,
+        offset: usize,
+        len: usize,
+        mut f: impl FnMut(&Page, usize, Range<usize>) -> Result,
+    ) -> Result {
+        let end = offset.checked_add(len).ok_or(EINVAL)?;
+        if end > self.len() {
+            return Err(EINVAL);
+        }
+        let mut pos = offset;
+        while pos < end {
+            let in_page = pos % PAGE_SIZE;
+            let n = (PAGE_SIZE - in_page).min(end - pos);
+            let page = self.pages.get(pos / PAGE_SIZE).ok_or(EINVAL)?;
+            f(page, in_page, pos - offset..pos - offset + n)?;
+            pos += n;
+        }
+        Ok(())
+    }
+
+    /// Copies `dst.len()` bytes from `offset` into `dst`, after syncing for the CPU. `EINVAL`
+    /// if the range is not inside.
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result {
+        self.sync(false);
+        self.pieces(offset, dst.len(), |page, at, r| {
+            let out = dst.get_mut(r).ok_or(EINVAL)?;
+            // SAFETY: `out` is valid for writes of its length; no posted request owns the
+            // pages (the caller has `&self`, and posted requests own what they use).
+            unsafe { page.read_raw(out.as_mut_ptr(), at, out.len()) }
+        })
+    }
+
+    /// Copies `src` to `offset`, then syncs for the device. `EINVAL` if the range is not
+    /// inside.
+    pub fn write(&mut self, offset: usize, src: &[u8]) -> Result {
+        self.sync(false);
+        self.pieces(offset, src.len(), |page, at, r| {
+            let from = src.get(r).ok_or(EINVAL)?;
+            // SAFETY: `from` is valid for reads of its length; we have the pages exclusively.
+            unsafe { page.write_raw(from.as_ptr(), at, from.len()) }
+        })?;
+        self.sync(true);
+        Ok(())
+    }
+}
+
+impl Drop for DmaSg {
+    fn drop(&mut self) {
+        // SAFETY: Mapped with `pages.len()` entries (invariant); unmapped with the count
+        // passed to the mapping, as the DMA API requires; no request uses it any more.
+        unsafe {
+            bindings::ib_dma_unmap_sg(
+                self.pd.device().as_raw(),
+                (*self.table.get()).sgl,
+                self.pages.len() as i32,
+                DIR,
+            );
+            bindings::sg_free_table(self.table.get());
+        }
     }
 }

@@ -92,6 +92,35 @@ pub trait EventHandler: Send + Sync + 'static {
 /// It holds a reference on the device, so a ULP drops it in its
 /// [`Client::remove`](super::client::Client::remove) at the latest.
 ///
+/// # Examples
+///
+/// ```
+/// use core::sync::atomic::{AtomicBool, Ordering};
+/// use kernel::rdma::{device::Device, event::{Event, EventHandler, EventRegistration}};
+///
+/// /// Tracks whether port 1 is usable, for the data path to check before posting.
+/// struct PortWatch {
+///     up: AtomicBool,
+/// }
+///
+/// impl EventHandler for PortWatch {
+///     fn event(&self, device: &Device, event: Event) {
+///         match event {
+///             Event::PortActive(1) => self.up.store(true, Ordering::Release),
+///             Event::PortErr(1) | Event::DeviceFatal => {
+///                 self.up.store(false, Ordering::Release);
+///                 pr_info!("{}: port 1 is down\n", device.name());
+///             }
+///             _ => {}
+///         }
+///     }
+/// }
+///
+/// fn watch(dev: &Device) -> Result<Pin<KBox<EventRegistration<PortWatch>>>> {
+///     EventRegistration::new(dev, PortWatch { up: AtomicBool::new(true) })
+/// }
+/// ```
+///
 /// # Invariants
 ///
 /// `handler` is registered with the RDMA core for `device`, with `callback::<T>`, from `new`

@@ -127,3 +127,91 @@ void rust_helper_rdma_gid2ip(struct sockaddr *out, const union ib_gid *gid)
 {
 	rdma_gid2ip(out, gid);
 }
+
+int rust_helper_ib_post_srq_recv(struct ib_srq *srq,
+				 const struct ib_recv_wr *wr,
+				 const struct ib_recv_wr **bad_wr)
+{
+	return ib_post_srq_recv(srq, wr, bad_wr);
+}
+
+static void rdma_cq_process_all(struct ib_cq *cq)
+{
+	struct ib_wc wcs[8];
+	int i, n;
+
+	while ((n = ib_poll_cq(cq, ARRAY_SIZE(wcs), wcs)) > 0)
+		for (i = 0; i < n; i++)
+			if (wcs[i].wr_cqe)
+				wcs[i].wr_cqe->done(cq, &wcs[i]);
+}
+
+/*
+ * Processes, in the caller's (process) context, every completion that is in @cq
+ * when it is called, with the CQ's own softirq poller or work item stopped
+ * meanwhile, then re-arms the CQ as its poller would. After it returns, no
+ * completion that was in the CQ before the call is still to be dispatched.
+ * Handlers run with bottom halves disabled, as they do from irq_poll.
+ */
+void rust_helper_rdma_cq_quiesce(struct ib_cq *cq)
+{
+	might_sleep();
+	switch (cq->poll_ctx) {
+	case IB_POLL_SOFTIRQ:
+		irq_poll_disable(&cq->iop);
+		local_bh_disable();
+		rdma_cq_process_all(cq);
+		local_bh_enable();
+		irq_poll_enable(&cq->iop);
+		if (ib_req_notify_cq(cq, IB_CQ_NEXT_COMP |
+					     IB_CQ_REPORT_MISSED_EVENTS) > 0)
+			irq_poll_sched(&cq->iop);
+		break;
+	case IB_POLL_WORKQUEUE:
+	case IB_POLL_UNBOUND_WORKQUEUE:
+		cancel_work_sync(&cq->work);
+		rdma_cq_process_all(cq);
+		if (ib_req_notify_cq(cq, IB_CQ_NEXT_COMP |
+					     IB_CQ_REPORT_MISSED_EVENTS) > 0)
+			queue_work(cq->comp_wq, &cq->work);
+		break;
+	default:
+		local_bh_disable();
+		rdma_cq_process_all(cq);
+		local_bh_enable();
+		break;
+	}
+}
+
+int rust_helper_ib_dma_map_sg(struct ib_device *dev, struct scatterlist *sg,
+			      int nents, enum dma_data_direction dir)
+{
+	return ib_dma_map_sg(dev, sg, nents, dir);
+}
+
+void rust_helper_ib_dma_unmap_sg(struct ib_device *dev, struct scatterlist *sg,
+				 int nents, enum dma_data_direction dir)
+{
+	ib_dma_unmap_sg(dev, sg, nents, dir);
+}
+
+/* Puts a whole @page in entry @sg and returns the next entry (NULL after the last). */
+struct scatterlist *rust_helper_rdma_sg_set_page(struct scatterlist *sg,
+						 struct page *page)
+{
+	sg_set_page(sg, page, PAGE_SIZE, 0);
+	return sg_next(sg);
+}
+
+/* Syncs a mapped scatterlist for the CPU or the device (nothing to do for virt DMA). */
+void rust_helper_rdma_dma_sync_sg(struct ib_device *dev, struct scatterlist *sg,
+				  int nents, enum dma_data_direction dir,
+				  bool for_device)
+{
+	if (ib_uses_virt_dma(dev))
+		return;
+	if (for_device)
+		dma_sync_sg_for_device(dev->dma_device, sg, nents, dir);
+	else
+		dma_sync_sg_for_cpu(dev->dma_device, sg, nents, dir);
+}

@@ -5,8 +5,8 @@
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 //!
 //! A peer may RDMA READ, WRITE or perform atomics on local memory only through an rkey. An
-//! [`Mr`] (`ib_alloc_mr` of type `IB_MR_TYPE_MEM_REG`) is given a [`DmaBuf`] with [`Mr::map`]
-//! (`ib_map_mr_sg`), then registered by posting [`SendOps::reg_mr`]; from that completion on,
+//! [`Mr`] (`ib_alloc_mr` of type `IB_MR_TYPE_MEM_REG`) is given a [`DmaBuf`] with [`Mr::map`],
+//! or the pages of a [`DmaSg`] with [`Mr::map_sg`] (both `ib_map_mr_sg`), then registered by posting [`SendOps::reg_mr`]; from that completion on,
 //! [`Mr::remote`] is what the peer needs. [`SendOps::local_inv`] revokes it. The MR owns the
 //! buffer, and dropping the MR deregisters it (`ib_dereg_mr`) before the buffer is freed, so
 //! a peer can never reach freed memory.
@@ -14,7 +14,12 @@
 //! [`SendOps::reg_mr`]: super::wr::SendOps::reg_mr
 //! [`SendOps::local_inv`]: super::wr::SendOps::local_inv
 
-use super::{dma::DmaBuf, pd::Pd, sync::might_sleep, wr::Remote};
+use super::{
+    dma::{DmaBuf, DmaSg},
+    pd::Pd,
+    sync::might_sleep,
+    wr::Remote,
+};
 use crate::{
     alloc::{flags::GFP_KERNEL, KBox},
     bindings,
@@ -24,17 +29,79 @@ use crate::{
     types::Opaque,
 };
 
+/// The memory an [`Mr`] maps.
+enum Mem {
+    Buf(DmaBuf),
+    Sg(DmaSg),
+}
+
 /// A fast-registration memory region and the buffer it maps.
+///
+/// # Examples
+///
+/// Registering a buffer for the peer: the registration request owns the MR until it completes,
+/// and its handler hands it back to the thread that waits for it.
+///
+/// ```
+/// use kernel::rdma::{
+///     cq::Wc, dma::DmaBuf, mr::Mr, qp::{Access, Qp, Rts},
+///     sync::{Completion as Signal, SpinLockBh}, wr::{Completion, Remote, Wr},
+/// };
+/// use kernel::{new_spinlock_bh, sync::Arc};
+///
+/// #[pin_data]
+/// struct Back {
+///     #[pin]
+///     slot: SpinLockBh<Option<(Wr<Reg>, bool)>>,
+///     #[pin]
+///     done: Signal,
+/// }
+///
+/// struct Reg {
+///     mr: Mr,
+///     back: Arc<Back>,
+/// }
+///
+/// impl Completion for Reg {
+///     fn done(wr: Wr<Self>, wc: &Wc) {
+///         let back = wr.data().back.clone();
+///         *back.slot.lock() = Some((wr, wc.is_ok()));
+///         back.done.complete();
+///     }
+/// }
+///
+/// fn expose(qp: &Qp<Rts>, len: usize) -> Result<(Mr, Remote)> {
+///     let back = Arc::pin_init(
+///         pin_init!(Back { slot <- new_spinlock_bh!(None), done <- Signal::new() }),
+///         GFP_KERNEL,
+///     )?;
+///     let mut mr = Mr::new(qp.pd(), 16)?;
+///     mr.map(DmaBuf::new(qp.pd(), len, GFP_KERNEL)?).map_err(|(e, _)| e)?;
+///     qp.post_send(Wr::new(Reg { mr, back: back.clone() }, GFP_KERNEL)?, |r, ops| {
+///         ops.reg_mr(&r.mr, Access::REMOTE_READ | Access::REMOTE_WRITE)?;
+///         Ok(())
+///     })?;
+///     back.done.wait();
+///     let (wr, ok) = back.slot.lock().take().ok_or(EINVAL)?;
+///     let mr = wr.into_inner().mr;
+///     if !ok {
+///         return Err(EIO);
+///     }
+///     let remote = mr.remote();
+///     Ok((mr, remote))
+/// }
+/// ```
 ///
 /// # Invariants
 ///
 /// `ptr` is an MR allocated on `pd` for up to `max_pages` pages, valid until dropped; when
-/// `buf` is `Some`, the MR maps it through `sg` (the one-entry scatterlist describing it).
+/// `mem` is a [`Mem::Buf`], the MR maps it through `sg` (the one-entry scatterlist describing
+/// it), when it is a [`Mem::Sg`], through that scatterlist.
 pub struct Mr {
     ptr: *mut bindings::ib_mr,
     sg: KBox<Opaque<bindings::scatterlist>>,
     // Dropped after `ptr` is deregistered in `drop`, so the peer never reaches freed memory.
-    buf: Option<DmaBuf>,
+    mem: Option<Mem>,
     max_pages: u32,
     pd: Arc<Pd>,
 }
@@ -65,7 +132,7 @@ impl Mr {
         Ok(Self {
             ptr,
             sg,
-            buf: None,
+            mem: None,
             max_pages,
             pd: pd.clone(),
         })
@@ -84,7 +151,7 @@ impl Mr {
     /// when the buffer spans more pages than the MR can map or belongs to another PD. The
     /// buffer is given back with the error.
     pub fn map(&mut self, buf: DmaBuf) -> Result<(), (Error, DmaBuf)> {
-        if self.buf.is_some() {
+        if self.mem.is_some() {
             return Err((EBUSY, buf));
         }
         let first = buf.dma_addr() as usize % PAGE_SIZE;
@@ -107,18 +174,76 @@ impl Mr {
             return Err((if n < 0 { Error::from_errno(n) } else { EINVAL }, buf));
         }
         // INVARIANT: The MR now maps `buf` through `sg`.
-        self.buf = Some(buf);
+        self.mem = Some(Mem::Buf(buf));
         Ok(())
     }
 
-    /// The buffer the MR maps.
+    /// Makes the MR describe the pages of `sg` (`ib_map_mr_sg` of a DMA-mapped scatterlist),
+    /// as [`Mr::map`] does for one buffer, with the same rules: `EBUSY` for a second map,
+    /// `EINVAL` for more pages than the MR can map or another PD. The pages are given back
+    /// with the error.
+    pub fn map_sg(&mut self, sg: DmaSg) -> Result<(), (Error, DmaSg)> {
+        if self.mem.is_some() {
+            return Err((EBUSY, sg));
+        }
+        if sg.pages() > self.max_pages as usize || !Arc::ptr_eq(sg.pd(), &self.pd) {
+            return Err((EINVAL, sg));
+        }
+        let (list, nents) = sg.mapped();
+        // SAFETY: `ptr` is a valid MR; `list` is a mapped scatterlist of `nents` DMA entries,
+        // which lives as long as `sg`, which the MR keeps.
+        let n = unsafe {
+            bindings::ib_map_mr_sg(
+                self.ptr,
+                list,
+                nents as i32,
+                core::ptr::null_mut(),
+                PAGE_SIZE as u32,
+            )
+        };
+        if n != nents as i32 {
+            return Err((if n < 0 { Error::from_errno(n) } else { EINVAL }, sg));
+        }
+        // INVARIANT: The MR now maps the pages of `sg`.
+        self.mem = Some(Mem::Sg(sg));
+        Ok(())
+    }
+
+    /// Whether the MR maps memory ([`Mr::map`] or [`Mr::map_sg`] succeeded).
+    pub fn is_mapped(&self) -> bool {
+        self.mem.is_some()
+    }
+
+    /// The buffer the MR maps, if it was mapped with [`Mr::map`].
     pub fn buf(&self) -> Option<&DmaBuf> {
-        self.buf.as_ref()
+        match &self.mem {
+            Some(Mem::Buf(b)) => Some(b),
+            _ => None,
+        }
     }
 
     /// The buffer the MR maps, for the CPU to fill or check between remote accesses.
     pub fn buf_mut(&mut self) -> Option<&mut DmaBuf> {
-        self.buf.as_mut()
+        match &mut self.mem {
+            Some(Mem::Buf(b)) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// The pages the MR maps, if it was mapped with [`Mr::map_sg`].
+    pub fn sg(&self) -> Option<&DmaSg> {
+        match &self.mem {
+            Some(Mem::Sg(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The pages the MR maps, for the CPU to fill or check between remote accesses.
+    pub fn sg_mut(&mut self) -> Option<&mut DmaSg> {
+        match &mut self.mem {
+            Some(Mem::Sg(s)) => Some(s),
+            _ => None,
+        }
     }
 
     /// The rkey the peer uses.

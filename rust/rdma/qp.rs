@@ -40,6 +40,7 @@ use super::{
     cq::Cq,
     device::{Gid, LinkLayer, Mtu},
     pd::Pd,
+    srq::Srq,
     sync::might_sleep,
     wr::{Completion, PostError, Queue, RecvOps, SendOps, Wr},
 };
@@ -252,6 +253,8 @@ pub(crate) unsafe fn release_slots(qp: *mut bindings::ib_qp, queue: Queue, n: u3
     match queue {
         Queue::Send => shared.sq_used.fetch_sub(n, Ordering::AcqRel),
         Queue::Recv => shared.rq_used.fetch_sub(n, Ordering::AcqRel),
+        // Completed through the SRQ (`srq::complete`), never here.
+        Queue::Srq => 0,
     };
 }
 
@@ -268,9 +271,10 @@ fn reserve(used: &AtomicU32, n: u32, depth: u32) -> Result {
 ///
 /// # Invariants
 ///
-/// `ptr` is a QP created with `ib_create_qp_kernel` on `pd`, with `send_cq` and `recv_cq`,
-/// whose `qp_context` is `shared`, and which has `caps.send_depth + 1` / `caps.recv_depth + 1`
-/// entries reserved on its CQs. It is valid until `QpInner` is dropped.
+/// `ptr` is a QP created with `ib_create_qp_kernel` on `pd`, with `send_cq` and `recv_cq` (and
+/// `srq`, attached to it, if set), whose `qp_context` is `shared`, and which has
+/// `caps.send_depth + 1` / `recv_reserved` entries reserved on its CQs. It is valid until
+/// `QpInner` is dropped.
 struct QpInner {
     ptr: *mut bindings::ib_qp,
     shared: KBox<Shared>,
@@ -280,6 +284,8 @@ struct QpInner {
     sq_psn: u32,
     send_cq: Arc<Cq>,
     recv_cq: Arc<Cq>,
+    recv_reserved: u32,
+    srq: Option<Arc<Srq>>,
     pd: Arc<Pd>,
 }
 
@@ -309,29 +315,73 @@ impl Qp<Reset> {
         caps: &QpCaps,
     ) -> Result<Self> {
         let attrs = pd.device().attrs();
-        let depth_ok = |d: u32| d >= 1 && d < attrs.max_qp_wr();
-        if !depth_ok(caps.send_depth) || !depth_ok(caps.recv_depth) {
+        let max_recv_sge = attrs.max_recv_sge().min(super::wr::MAX_RECV_SGE as u32);
+        if caps.recv_depth == 0 || caps.recv_depth >= attrs.max_qp_wr() {
+            return Err(EINVAL);
+        }
+        if caps.recv_sge == 0 || caps.recv_sge > max_recv_sge {
+            return Err(EINVAL);
+        }
+        Self::create(pd, qp_type, send_cq, recv_cq, None, caps)
+    }
+
+    /// Creates a QP on `pd` that takes its receives from `srq` (`ib_create_qp` with an SRQ)
+    /// and reports its sends to `send_cq` and its receives to the SRQ's CQ. May sleep.
+    ///
+    /// The QP has no receive queue of its own: `caps.recv_depth` and `caps.recv_sge` are
+    /// ignored and [`Qp::post_recv`] fails with `EINVAL`; receives are posted with
+    /// [`Srq::post_recv`]. `EINVAL` as for [`Qp::new`], or when `srq` is on another PD.
+    pub fn new_with_srq(
+        pd: &Arc<Pd>,
+        qp_type: QpType,
+        send_cq: &Arc<Cq>,
+        srq: &Arc<Srq>,
+        caps: &QpCaps,
+    ) -> Result<Self> {
+        if srq.pd().as_raw() != pd.as_raw() {
+            return Err(EINVAL);
+        }
+        let caps = QpCaps {
+            recv_depth: 0,
+            recv_sge: 0,
+            ..*caps
+        };
+        Self::create(pd, qp_type, send_cq, srq.cq(), Some(srq), &caps)
+    }
+
+    fn create(
+        pd: &Arc<Pd>,
+        qp_type: QpType,
+        send_cq: &Arc<Cq>,
+        recv_cq: &Arc<Cq>,
+        srq: Option<&Arc<Srq>>,
+        caps: &QpCaps,
+    ) -> Result<Self> {
+        let attrs = pd.device().attrs();
+        if caps.send_depth == 0 || caps.send_depth >= attrs.max_qp_wr() {
             return Err(EINVAL);
         }
         if caps.send_sge == 0 || caps.send_sge > attrs.max_send_sge() {
-            return Err(EINVAL);
-        }
-        let max_recv_sge = attrs.max_recv_sge().min(super::wr::MAX_RECV_SGE as u32);
-        if caps.recv_sge == 0 || caps.recv_sge > max_recv_sge {
             return Err(EINVAL);
         }
         let dev = pd.device().as_raw();
         if send_cq.device().as_raw() != dev || recv_cq.device().as_raw() != dev {
             return Err(EINVAL);
         }
+        // With an SRQ, the SRQ holds the receive CQ's entries for all its QPs.
+        let recv_reserved = if srq.is_some() {
+            0
+        } else {
+            caps.recv_depth + 1
+        };
         send_cq.reserve(caps.send_depth + 1)?;
-        if let Err(e) = recv_cq.reserve(caps.recv_depth + 1) {
+        if let Err(e) = recv_cq.reserve(recv_reserved) {
             send_cq.unreserve(caps.send_depth + 1);
             return Err(e);
         }
         let release = || {
             send_cq.unreserve(caps.send_depth + 1);
-            recv_cq.unreserve(caps.recv_depth + 1);
+            recv_cq.unreserve(recv_reserved);
         };
         let shared = match KBox::new(
             Shared {
@@ -356,11 +406,12 @@ impl Qp<Reset> {
         init.send_cq = send_cq.as_raw();
         init.recv_cq = recv_cq.as_raw();
         init.cap.max_send_wr = caps.send_depth + 1;
-        init.cap.max_recv_wr = caps.recv_depth + 1;
+        init.cap.max_recv_wr = recv_reserved;
         init.cap.max_send_sge = caps.send_sge;
         init.cap.max_recv_sge = caps.recv_sge;
         init.cap.max_inline_data = caps.max_inline;
         init.sq_sig_type = bindings::ib_sig_type_IB_SIGNAL_REQ_WR;
+        init.srq = srq.map_or(core::ptr::null_mut(), |s| s.as_raw());
         init.qp_type = match qp_type {
             QpType::Rc => bindings::ib_qp_type_IB_QPT_RC,
             QpType::Ud => bindings::ib_qp_type_IB_QPT_UD,
@@ -383,18 +434,27 @@ impl Qp<Reset> {
         // SAFETY: `get_random_u32` has no preconditions.
         let sq_psn = unsafe { bindings::get_random_u32() } & 0xff_ffff;
         // INVARIANT: Just created as described, with the CQ entries reserved above.
+        let inner = QpInner {
+            ptr,
+            shared,
+            qp_type,
+            caps,
+            port: 0,
+            sq_psn,
+            send_cq: send_cq.clone(),
+            recv_cq: recv_cq.clone(),
+            recv_reserved,
+            srq: srq.cloned(),
+            pd: pd.clone(),
+        };
+        if let Some(srq) = srq {
+            // SAFETY: `ptr` is valid; `qp_num` is fixed at creation.
+            let qpn = unsafe { (*ptr).qp_num };
+            // On failure `inner` is dropped, which destroys the QP.
+            srq.attach(ptr, qpn)?;
+        }
         Ok(Qp {
-            inner: QpInner {
-                ptr,
-                shared,
-                qp_type,
-                caps,
-                port: 0,
-                sq_psn,
-                send_cq: send_cq.clone(),
-                recv_cq: recv_cq.clone(),
-                pd: pd.clone(),
-            },
+            inner,
             _s: PhantomData,
         })
     }
@@ -580,6 +640,11 @@ impl<S: State> Qp<S> {
         &self.inner.pd
     }
 
+    /// The SRQ the QP takes its receives from, if it was created with one.
+    pub fn srq(&self) -> Option<&Arc<Srq>> {
+        self.inner.srq.as_ref()
+    }
+
     /// Send requests outstanding (posted, not yet completed).
     pub fn send_outstanding(&self) -> u32 {
         self.inner.shared.sq_used.load(Ordering::Acquire)
@@ -640,14 +705,34 @@ impl<S: State> Qp<S> {
     pub fn drain(&self) {
         self.inner.drain();
     }
+
+    /// Stops the QP (it moves to the error state; posts fail with `ESHUTDOWN`) and waits until
+    /// every send request has come back to its owner (`ib_drain_sq`). Receives still
+    /// outstanding complete, flushed, on their own. Sleeps: process context only.
+    pub fn drain_sq(&self) {
+        self.inner.drain_one(Queue::Send);
+    }
+
+    /// Stops the QP (it moves to the error state; posts fail with `ESHUTDOWN`) and waits until
+    /// every receive request has come back to its owner (`ib_drain_rq`). Sleeps: process
+    /// context only. `EINVAL` for a QP that takes its receives from an SRQ, whose receives
+    /// are not the QP's to drain.
+    pub fn drain_rq(&self) -> Result {
+        if self.inner.srq.is_some() {
+            return Err(EINVAL);
+        }
+        self.inner.drain_one(Queue::Recv);
+        Ok(())
+    }
 }
 
 impl<S: CanRecv> Qp<S> {
     /// Posts a receive (`ib_post_recv`). `build` names its buffers, which must be inside `T`.
     ///
     /// On failure the request comes back in the [`PostError`]: `ENOMEM` when `recv_depth`
-    /// receives are outstanding, `EINVAL` for an empty scatter list or more entries than the
-    /// QP takes, `ESHUTDOWN` once the QP is drained. Any context.
+    /// receives are outstanding, `EINVAL` for an empty scatter list, more entries than the
+    /// QP takes, or a QP that takes its receives from an SRQ, `ESHUTDOWN` once the QP is
+    /// drained. Any context.
     pub fn post_recv<T: Completion>(
         &self,
         wr: Wr<T>,
@@ -663,7 +748,7 @@ impl<S: CanRecv> Qp<S> {
         // SAFETY: The reference is used only by `build`, which records DMA addresses.
         let built = build(unsafe { p.data() }, &mut ops);
         let checked = built.and_then(|()| {
-            if ops.n == 0 || ops.n as u32 > inner.caps.recv_sge {
+            if inner.srq.is_some() || ops.n == 0 || ops.n as u32 > inner.caps.recv_sge {
                 return Err(EINVAL);
             }
             reserve(&inner.shared.rq_used, 1, inner.caps.recv_depth)
@@ -811,15 +896,34 @@ impl QpInner {
         Ok(guard)
     }
 
-    fn drain(&self) {
+    /// Stops posting: posts fail with `ESHUTDOWN` from now on. Posts that started before
+    /// finish before it returns, so a drain marker posted afterwards comes after them.
+    fn stop_posting(&self) {
         might_sleep();
         self.shared.draining.store(true, Ordering::SeqCst);
-        // Posts that started before `draining` was set finish before the drain marker is
-        // posted, so the marker comes after them and the drain covers them.
         while self.shared.posters.load(Ordering::SeqCst) != 0 {
             // SAFETY: Process context (`might_sleep` above documents and checks it).
             unsafe { bindings::msleep(1) };
         }
+    }
+
+    fn drain_one(&self, queue: Queue) {
+        self.stop_posting();
+        if !self.shared.posted.load(Ordering::Acquire) {
+            return;
+        }
+        match (self.qp_type, queue) {
+            // SAFETY: `ptr` is valid; its CQs are allocated with `ib_alloc_cq` and one slot of
+            // the send queue was kept free for the drain marker.
+            (QpType::Rc, Queue::Send) => unsafe { bindings::ib_drain_sq(self.ptr) },
+            // SAFETY: As above, for the receive queue (not an SRQ's: checked by the caller).
+            (QpType::Rc, Queue::Recv) => unsafe { bindings::ib_drain_rq(self.ptr) },
+            _ => self.drain_by_flush(),
+        }
+    }
+
+    fn drain(&self) {
+        self.stop_posting();
         if self.shared.posted.load(Ordering::Acquire)
             && !self.shared.drained.swap(true, Ordering::AcqRel)
         {
@@ -866,14 +970,18 @@ impl Drop for QpInner {
             // SAFETY: `ptr` is valid until destroyed below.
             unsafe { (*self.ptr).qp_num }
         };
+        if let Some(srq) = &self.srq {
+            srq.detach(self.ptr);
+        }
         // SAFETY: `ptr` is valid (invariant) and drained: no request is outstanding and no
-        // completion handler will look at `shared` again.
+        // completion handler will look at `shared` again (receives from an SRQ complete
+        // through the SRQ).
         let ret = unsafe { bindings::ib_destroy_qp_user(self.ptr, core::ptr::null_mut()) };
         if ret != 0 {
             crate::pr_err!("kernel::rdma: destroying QP {} failed: {}\n", qpn, ret);
         }
         self.send_cq.unreserve(self.caps.send_depth + 1);
-        self.recv_cq.unreserve(self.caps.recv_depth + 1);
+        self.recv_cq.unreserve(self.recv_reserved);
         let (sq, rq) = (
             self.shared.sq_used.load(Ordering::Acquire),
             self.shared.rq_used.load(Ordering::Acquire),

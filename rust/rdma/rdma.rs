@@ -25,6 +25,7 @@ pub mod event;
 pub mod mr;
 pub mod pd;
 pub mod qp;
+pub mod srq;
 pub mod sync;
 pub mod wr;
 

@@ -19,6 +19,54 @@
 //!
 //! The `Wr` is reused: `done` may post it again without allocating, which is how a data path
 //! avoids allocation per message.
+//!
+//! # Examples
+//!
+//! A receive buffer that counts messages and posts itself again from its completion handler
+//! (softirq context: no sleeping; posting neither sleeps nor allocates):
+//!
+//! ```
+//! use core::sync::atomic::{AtomicU64, Ordering};
+//! use kernel::rdma::{cq::Wc, dma::DmaBuf, qp::{Qp, Rts}, wr::{Completion, Wr}};
+//! use kernel::sync::Arc;
+//!
+//! struct Rx {
+//!     buf: DmaBuf,
+//!     qp: Arc<Qp<Rts>>,
+//!     count: Arc<AtomicU64>,
+//! }
+//!
+//! impl Completion for Rx {
+//!     fn done(wr: Wr<Self>, wc: &Wc) {
+//!         if !wc.is_ok() {
+//!             // Flushed (the QP is draining) or failed: dropping `wr` frees the buffer.
+//!             return;
+//!         }
+//!         wr.data().count.fetch_add(1, Ordering::Relaxed);
+//!         // The owner of the connection keeps its own `Arc<Qp>` until after `Qp::drain`, so
+//!         // this clone is never the last reference (the last one must go in process context).
+//!         let qp = wr.data().qp.clone();
+//!         if let Err(e) = qp.post_recv(wr, |rx, ops| {
+//!             ops.buf(&rx.buf, 0..rx.buf.len())?;
+//!             Ok(())
+//!         }) {
+//!             pr_warn!("receive not re-posted: {:?}\n", e.err);
+//!         }
+//!     }
+//! }
+//!
+//! fn start(qp: &Arc<Qp<Rts>>, count: &Arc<AtomicU64>, n: usize) -> Result {
+//!     for _ in 0..n {
+//!         let buf = DmaBuf::new(qp.pd(), 4096, GFP_KERNEL)?;
+//!         let rx = Rx { buf, qp: qp.clone(), count: count.clone() };
+//!         qp.post_recv(Wr::new(rx, GFP_KERNEL)?, |rx, ops| {
+//!             ops.buf(&rx.buf, 0..4096)?;
+//!             Ok(())
+//!         })?;
+//!     }
+//!     Ok(())
+//! }
+//! ```
 
 use super::{ah::Ah, cq::Wc, dma::DmaBuf, mr::Mr, qp::Access};
 use crate::{
@@ -54,6 +102,8 @@ pub trait Completion: Send + Sized + 'static {
 pub(crate) enum Queue {
     Send,
     Recv,
+    /// A shared receive queue: completes through [`srq::complete`](super::srq::complete).
+    Srq,
 }
 
 #[repr(C)]
@@ -62,6 +112,9 @@ pub(crate) struct Inner<T> {
     /// Queue slots this request holds while posted.
     pub(crate) slots: u32,
     pub(crate) queue: Queue,
+    /// For [`Queue::Srq`]: the SRQ's bookkeeping and this request's index in it.
+    pub(crate) srq: *const super::srq::Shared,
+    pub(crate) srq_index: u32,
     data: T,
 }
 
@@ -71,6 +124,12 @@ pub(crate) struct Inner<T> {
 /// gives it back, ready to be posted again.
 pub struct Wr<T: Completion>(KBox<Inner<T>>);
 
+// SAFETY: `Inner` is `T` (which is `Send`) plus C callback data and the SRQ pointer, which only
+// the completion path dereferences, on whichever CPU the completion is dispatched.
+unsafe impl<T: Completion> Send for Wr<T> {}
+// SAFETY: `&Wr` gives access to `&T` only.
+unsafe impl<T: Completion + Sync> Sync for Wr<T> {}
+
 impl<T: Completion> Wr<T> {
     /// Allocates a request owning `data`.
     pub fn new(data: T, flags: Flags) -> Result<Self> {
@@ -79,6 +138,8 @@ impl<T: Completion> Wr<T> {
                 cqe: bindings::ib_cqe { done: None },
                 slots: 0,
                 queue: Queue::Send,
+                srq: core::ptr::null(),
+                srq_index: 0,
                 data,
             },
             flags,
@@ -155,6 +216,21 @@ impl<T: Completion> Posting<T> {
         unsafe { (*self.raw).slots = n };
     }
 
+    /// Records the SRQ bookkeeping entry of the request.
+    pub(crate) fn set_srq(&mut self, srq: *const super::srq::Shared, index: u32) {
+        // SAFETY: `raw` is valid and not yet shared with the device (invariant).
+        unsafe {
+            (*self.raw).srq = srq;
+            (*self.raw).srq_index = index;
+        }
+    }
+
+    /// The request, type-erased, with the function that gives it back to its owner as
+    /// flushed: how an SRQ keeps track of what is posted on it.
+    pub(crate) fn erased(&self) -> (*mut core::ffi::c_void, unsafe fn(*mut core::ffi::c_void)) {
+        (self.raw.cast(), flush_erased::<T>)
+    }
+
     /// The device did not take the request: gives it back.
     pub(crate) fn cancel(self) -> Wr<T> {
         // SAFETY: Not posted (invariant), so nothing else refers to it.
@@ -182,10 +258,33 @@ unsafe extern "C" fn done_callback<T: Completion>(
     // SAFETY: The completion ends the request: the device no longer uses it or its buffers, and
     // each request completes once, so we take back the unique ownership `into_raw` gave away.
     let wr = unsafe { Wr::from_raw(inner) };
-    // SAFETY: `wc` is valid for the duration of the callback, and so is the QP it names.
-    unsafe { super::qp::release_slots((*wc).qp, wr.0.queue, wr.0.slots) };
     // SAFETY: `wc` is valid for the duration of the callback.
-    T::done(wr, unsafe { Wc::from_raw(wc) });
+    let raw = unsafe { &*wc };
+    let qp_num = match wr.0.queue {
+        // SAFETY: The request was posted on the SRQ `srq` (set before posting), which is kept
+        // alive until its CQ has no completion of it left (`Srq::drop` quiesces the CQ).
+        Queue::Srq => unsafe { super::srq::complete(wr.0.srq, wr.0.srq_index, raw.qp) },
+        queue => {
+            // SAFETY: The request was posted on the QP `raw.qp`, which is not destroyed before
+            // its own queues are drained, so it is valid during this callback.
+            unsafe { super::qp::release_slots(raw.qp, queue, wr.0.slots) };
+            // SAFETY: As above, the QP is valid.
+            unsafe { (*raw.qp).qp_num }
+        }
+    };
+    T::done(wr, &Wc::new(raw, qp_num));
+}
+
+/// Gives a request that was left on a destroyed SRQ back to its owner, as flushed.
+///
+/// # Safety
+///
+/// `raw` must come from [`Posting::erased`] of a `Posting<T>` that was posted on an SRQ that
+/// is now destroyed, with no completion of it still to be dispatched.
+unsafe fn flush_erased<T: Completion>(raw: *mut core::ffi::c_void) {
+    // SAFETY: Per the safety requirements, nothing refers to the request any more.
+    let wr = unsafe { Wr::<T>::from_raw(raw.cast()) };
+    T::done(wr, &Wc::flushed_recv());
 }
 
 /// A remote buffer: the address and rkey a peer granted (through a fast-registered
@@ -234,6 +333,39 @@ pub(crate) union RawSendWr {
 /// be marked [`SendOps::unsignaled`] (the default for all but the last), since the completion of
 /// the last one implies theirs (send queues complete in order). A failed unsignaled operation
 /// moves a connected QP to the error state, and the last one then completes with a flush error.
+///
+/// # Examples
+///
+/// An RDMA WRITE of a buffer to the peer, then a SEND with immediate data that tells it the
+/// data is there, in one post:
+///
+/// ```
+/// use kernel::rdma::{cq::Wc, dma::DmaBuf, qp::{Qp, Rts}, wr::{Completion, Remote, Wr}};
+///
+/// struct Out {
+///     buf: DmaBuf,
+/// }
+///
+/// impl Completion for Out {
+///     fn done(wr: Wr<Self>, wc: &Wc) {
+///         if !wc.is_ok() {
+///             pr_warn!("write+send failed: {:?}\n", wc.status());
+///         }
+///         drop(wr);
+///     }
+/// }
+///
+/// fn write_then_notify(qp: &Qp<Rts>, to: Remote) -> Result {
+///     let mut buf = DmaBuf::new(qp.pd(), 8192, GFP_KERNEL)?;
+///     buf.as_mut_slice().fill(0xab);
+///     qp.post_send(Wr::new(Out { buf }, GFP_KERNEL)?, |o, ops| {
+///         ops.write(&o.buf, 0..8192, to)?;
+///         ops.send_imm(&o.buf, 0..8, 8192)?;
+///         Ok(())
+///     })?;
+///     Ok(())
+/// }
+/// ```
 pub struct SendOps<'a> {
     pub(crate) wrs: [RawSendWr; MAX_OPS],
     pub(crate) sges: [bindings::ib_sge; MAX_OPS],
@@ -453,11 +585,11 @@ impl<'a> SendOps<'a> {
         Ok(self)
     }
 
-    /// Registers `mr` (mapped with [`Mr::map`]) for `access` under its current keys
-    /// (`IB_WR_REG_MR`). Local write access is always included: the device needs it for
-    /// remote writes.
+    /// Registers `mr` (mapped with [`Mr::map`] or [`Mr::map_sg`]; `EINVAL` if not) for
+    /// `access` under its current keys (`IB_WR_REG_MR`). Local write access is always
+    /// included: the device needs it for remote writes.
     pub fn reg_mr(&mut self, mr: &'a Mr, access: Access) -> Result<&mut Self> {
-        if mr.buf().is_none() {
+        if !mr.is_mapped() {
             return Err(EINVAL);
         }
         let wr = self.push(bindings::ib_wr_opcode_IB_WR_REG_MR, None)?;

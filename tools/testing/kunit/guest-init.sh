@@ -140,6 +140,16 @@ mode_test() {
 	# Leaks are judged against this point: what boot left behind is not ours.
 	echo clear > /sys/kernel/debug/kmemleak 2>/dev/null
 
+	# Let fail_nth (rdma_verbs' constructor-failure case) fail sleeping
+	# allocations and single pages too, without a stack dump per failure.
+	for f in /sys/kernel/debug/failslab /sys/kernel/debug/fail_page_alloc; do
+		[ -d "$f" ] || continue
+		echo N > "$f/ignore-gfp-wait"
+		echo 0 > "$f/verbose"
+	done
+	[ -d /sys/kernel/debug/fail_page_alloc ] &&
+		echo 0 > /sys/kernel/debug/fail_page_alloc/min-order
+
 	# kernel::rdma KUnit suites: they run when the module loads.
 	insmod /lib/modules/extra/rdma_kunit.ko || say "rdmatest: insmod rdma_kunit failed"
 	rmmod rdma_kunit

@@ -9,9 +9,14 @@
  */
 
 #include <kunit/test.h>
+#include <linux/sched.h>
 #include <linux/umh.h>
+#include <rdma/ib_verbs.h>
+#include <rdma/restrack.h>
 
 /* Runs @cmd with /bin/sh in process context and returns its exit status. */
+int rdma_kunit_run(const char *cmd);
+
 int rdma_kunit_run(const char *cmd)
 {
 	char *argv[] = { "/bin/sh", "-c", (char *)cmd, NULL };
@@ -22,6 +27,53 @@ int rdma_kunit_run(const char *cmd)
 	if (ret > 0)	/* a wait status: exit code in bits 8..15 */
 		ret = (ret >> 8) & 0xff;
 	return ret;
+}
+
+int rdma_kunit_fail_nth(unsigned int n);
+unsigned int rdma_kunit_fail_left(void);
+int rdma_kunit_res_count(const char *name);
+
+/*
+ * Makes the @n-th fault-injection point this task passes fail (fail_nth, as
+ * /proc/self/task/<tid>/fail-nth does; 0 disarms). -EOPNOTSUPP without
+ * CONFIG_FAULT_INJECTION.
+ */
+int rdma_kunit_fail_nth(unsigned int n)
+{
+#ifdef CONFIG_FAULT_INJECTION
+	WRITE_ONCE(current->fail_nth, n);
+	return 0;
+#else
+	return -EOPNOTSUPP;
+#endif
+}
+
+/* Injection points still to pass before the armed failure (0: it happened or none armed). */
+unsigned int rdma_kunit_fail_left(void)
+{
+#ifdef CONFIG_FAULT_INJECTION
+	return READ_ONCE(current->fail_nth);
+#else
+	return 0;
+#endif
+}
+
+/* PDs, CQs, QPs, MRs and SRQs that the RDMA core tracks on device @name; -ENODEV without it. */
+int rdma_kunit_res_count(const char *name)
+{
+	static const enum rdma_restrack_type types[] = {
+		RDMA_RESTRACK_PD, RDMA_RESTRACK_CQ, RDMA_RESTRACK_QP,
+		RDMA_RESTRACK_MR, RDMA_RESTRACK_SRQ,
+	};
+	struct ib_device *dev = ib_device_get_by_name(name, RDMA_DRIVER_UNKNOWN);
+	int i, n = 0;
+
+	if (!dev)
+		return -ENODEV;
+	for (i = 0; i < ARRAY_SIZE(types); i++)
+		n += rdma_restrack_count(dev, types[i], true);
+	ib_device_put(dev);
+	return n;
 }
 
 #define RDMA_KUNIT_CASE(fn)						\
@@ -58,6 +110,10 @@ RDMA_KUNIT_CASE(rdma_kunit_verbs_cq_overrun)
 RDMA_KUNIT_CASE(rdma_kunit_verbs_poll_contexts)
 RDMA_KUNIT_CASE(rdma_kunit_verbs_local_inv)
 RDMA_KUNIT_CASE(rdma_kunit_verbs_port_events)
+RDMA_KUNIT_CASE(rdma_kunit_verbs_srq)
+RDMA_KUNIT_CASE(rdma_kunit_verbs_drain_queues)
+RDMA_KUNIT_CASE(rdma_kunit_verbs_mr_sg)
+RDMA_KUNIT_CASE(rdma_kunit_verbs_ctor_failures)
 
 static struct kunit_case rdma_client_cases[] = {
 	KUNIT_CASE(rdma_kunit_client_add_each_device_case),
@@ -100,6 +156,10 @@ static struct kunit_case rdma_verbs_cases[] = {
 	KUNIT_CASE(rdma_kunit_verbs_poll_contexts_case),
 	KUNIT_CASE(rdma_kunit_verbs_local_inv_case),
 	KUNIT_CASE(rdma_kunit_verbs_port_events_case),
+	KUNIT_CASE(rdma_kunit_verbs_srq_case),
+	KUNIT_CASE(rdma_kunit_verbs_drain_queues_case),
+	KUNIT_CASE(rdma_kunit_verbs_mr_sg_case),
+	KUNIT_CASE_SLOW(rdma_kunit_verbs_ctor_failures_case),
 	{}
 };
 

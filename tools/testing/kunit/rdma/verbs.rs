@@ -17,11 +17,12 @@ use kernel::{
         ah::Ah,
         cq::{Cq, PollContext, Wc, WcOpcode, WcStatus},
         device::Device,
-        dma::DmaBuf,
+        dma::{DmaBuf, DmaPage, DmaSg, MAX_SG_PAGES},
         event::{Event, EventHandler, EventRegistration},
         mr::Mr,
         pd::Pd,
-        qp::{Access, Qp, QpCaps, QpState, QpType, RcParams, Rts},
+        qp::{Access, Init, Qp, QpCaps, QpState, QpType, RcParams, Rts},
+        srq::Srq,
         sync::{Completion as Signal, SpinLockBh},
         wr::{Completion, Remote, Wr, GRH_LEN},
     },
@@ -41,6 +42,7 @@ struct Done<P> {
     byte_len: u32,
     imm: Option<u32>,
     src_qp: Option<u32>,
+    qp_num: u32,
     payload: P,
 }
 
@@ -120,6 +122,7 @@ impl<P: Send + 'static> Completion for TWr<P> {
             byte_len: wc.byte_len(),
             imm: wc.imm_data(),
             src_qp: wc.src_qp(),
+            qp_num: wc.qp_num(),
             payload,
         };
         // A failed push loses a result, which the case reports as a missing completion.
@@ -214,6 +217,11 @@ fn registered_mr(qp: &Qp<Rts>, len: usize, seq: u32, access: Access) -> Result<M
     let pd = qp.pd();
     let mut mr = Mr::new(pd, 16)?;
     mr.map(filled(pd, len, seq)?).map_err(|(e, _)| e)?;
+    register(qp, mr, access)
+}
+
+/// Registers the mapped `mr` for `access` through `qp` (a REG_MR request) and returns it.
+fn register(qp: &Qp<Rts>, mr: Mr, access: Access) -> Result<Mr> {
     let s = sink::<Mr>()?;
     qp.post_send(twr(mr, &s)?, |t, ops| {
         ops.reg_mr(&t.payload, access)?;
@@ -1044,6 +1052,443 @@ extern "C" fn rdma_kunit_verbs_port_events() -> c_int {
             let _ = ev.sig.wait_timeout(200);
         }
         check!(false, "{ndev}: port did not come back");
+        Ok(())
+    })())
+}
+
+/// Connects `a` (its own receive queue) and `b` (receives from an SRQ) on one device.
+fn connect(a: Qp<Init>, b: Qp<Init>) -> Result<(Qp<Rts>, Qp<Rts>)> {
+    let (ea, eb) = (a.endpoint()?, b.endpoint()?);
+    let p = RcParams::default();
+    Ok((a.connect(&eb, &p)?, b.connect(&ea, &p)?))
+}
+
+/// SRQ: two RC QPs take their receives from one SRQ; each receive reports the QP that took
+/// it; depth and argument limits; receives left on the SRQ come back flushed when it goes.
+#[no_mangle]
+extern "C" fn rdma_kunit_verbs_srq() -> c_int {
+    ret((|| {
+        let dev = rxe0()?;
+        let pd = Pd::new(&dev)?;
+        let cq = Cq::new(&dev, 256, 0, PollContext::Softirq)?;
+        let attrs = dev.attrs();
+        check!(Srq::new(&pd, &cq, 0, 1).err() == Some(EINVAL), "depth 0");
+        check!(
+            Srq::new(&pd, &cq, attrs.max_srq_wr() + 1, 1).err() == Some(EINVAL),
+            "depth over max_srq_wr"
+        );
+        check!(Srq::new(&pd, &cq, 8, 0).err() == Some(EINVAL), "0 SGEs");
+        let small = Cq::new(&dev, 8, 0, PollContext::Softirq)?;
+        check!(
+            Srq::new(&pd, &small, small.entries() + 1, 1).err() == Some(EINVAL),
+            "SRQ deeper than its CQ"
+        );
+        check!(
+            small.free_entries() == small.entries(),
+            "failed SRQ kept CQ entries"
+        );
+        const DEPTH: u32 = 16;
+        let srq = Srq::new(&pd, &cq, DEPTH, 1)?;
+        let caps = QpCaps::default();
+        let new_a = || Qp::new(&pd, QpType::Rc, &cq, &cq, &caps)?.to_init(1, Access::NONE);
+        let new_b =
+            || Qp::new_with_srq(&pd, QpType::Rc, &cq, &srq, &caps)?.to_init(1, Access::NONE);
+        let (a1, b1) = connect(new_a()?, new_b()?)?;
+        let (a2, b2) = connect(new_a()?, new_b()?)?;
+        let rs = sink::<DmaBuf>()?;
+        for _ in 0..DEPTH {
+            let buf = DmaBuf::new(&pd, 256, GFP_KERNEL)?;
+            srq.post_recv(twr(buf, &rs)?, |t, ops| {
+                ops.buf(&t.payload, 0..256)?;
+                Ok(())
+            })?;
+        }
+        let buf = DmaBuf::new(&pd, 256, GFP_KERNEL)?;
+        let over = srq.post_recv(twr(buf, &rs)?, |t, ops| {
+            ops.buf(&t.payload, 0..256)?;
+            Ok(())
+        });
+        check!(
+            over.as_ref().err().map(|e| e.err) == Some(ENOMEM),
+            "post beyond the SRQ depth"
+        );
+        drop(over);
+        let buf = DmaBuf::new(&pd, 256, GFP_KERNEL)?;
+        let own = b1.post_recv(twr(buf, &rs)?, |t, ops| {
+            ops.buf(&t.payload, 0..256)?;
+            Ok(())
+        });
+        check!(
+            own.as_ref().err().map(|e| e.err) == Some(EINVAL),
+            "post_recv on a QP with an SRQ"
+        );
+        drop(own);
+        check!(b1.drain_rq().err() == Some(EINVAL), "drain_rq of an SRQ QP");
+        let ss = sink::<DmaBuf>()?;
+        for seq in 0..6u32 {
+            let qp = if seq % 2 == 0 { &a1 } else { &a2 };
+            qp.post_send(twr(filled(&pd, 200, seq)?, &ss)?, |t, ops| {
+                ops.send(&t.payload, 0..200)?;
+                Ok(())
+            })?;
+        }
+        let sent = ss.wait(6)?;
+        check!(
+            sent.iter().all(|d| d.status == WcStatus::Success),
+            "sends failed"
+        );
+        let got = rs.wait(6)?;
+        let mut seen = [false; 6];
+        for d in got.iter() {
+            check!(
+                d.status == WcStatus::Success && d.byte_len == 200,
+                "SRQ receive: {:?}, {} bytes",
+                d.status,
+                d.byte_len
+            );
+            let seq = (0..6u32).find(|&q| matches(&d.payload.as_slice()[..200], q));
+            let Some(seq) = seq else {
+                check!(false, "SRQ receive: payload of no message");
+                continue;
+            };
+            let want = if seq % 2 == 0 { b1.qpn() } else { b2.qpn() };
+            check!(
+                d.qp_num == want,
+                "message {} reported QP {}, sent to QP {}",
+                seq,
+                d.qp_num,
+                want
+            );
+            seen[seq as usize] = true;
+        }
+        check!(seen.iter().all(|&x| x), "messages missing: {:?}", seen);
+        check!(
+            srq.outstanding() == DEPTH - 6,
+            "{} SRQ receives outstanding",
+            srq.outstanding()
+        );
+        // The QPs go first (they hold the SRQ); the receives left on the SRQ come back with
+        // the SRQ, flushed.
+        drop((a1, b1, a2, b2, sent, got));
+        drop(srq);
+        let left = rs.wait((DEPTH - 6) as usize)?;
+        check!(
+            left.len() == (DEPTH - 6) as usize
+                && left.iter().all(|d| d.status == WcStatus::WrFlushErr),
+            "{} receives back from the destroyed SRQ",
+            left.len()
+        );
+        check!(
+            cq.free_entries() == cq.entries(),
+            "CQ entries not given back"
+        );
+        drop(left);
+        leak_check()
+    })())
+}
+
+/// drain_sq and drain_rq each give back their queue's requests, flushed, and stop posting.
+#[no_mangle]
+extern "C" fn rdma_kunit_verbs_drain_queues() -> c_int {
+    ret((|| {
+        let dev = rxe0()?;
+        let p = rc_pair(&dev)?;
+        let rs = sink::<DmaBuf>()?;
+        for _ in 0..4 {
+            post_recv(&p.a, &rs, 64)?;
+        }
+        // One message goes through first, so both queues have been used.
+        post_recv(&p.b, &rs, 64)?;
+        let ss = sink::<DmaBuf>()?;
+        p.a.post_send(twr(filled(&p.pd, 64, 3)?, &ss)?, |t, ops| {
+            ops.send(&t.payload, 0..64)?;
+            Ok(())
+        })?;
+        let _ = ss.wait(1)?;
+        let _ = rs.wait(1)?;
+        p.a.drain_rq()?;
+        check!(p.a.recv_outstanding() == 0, "receives left after drain_rq");
+        let flushed = rs.wait(4)?;
+        check!(
+            flushed.len() == 4 && flushed.iter().all(|d| d.status == WcStatus::WrFlushErr),
+            "drain_rq gave back {} requests",
+            flushed.len()
+        );
+        let late = p.a.post_send(twr(filled(&p.pd, 64, 4)?, &ss)?, |t, ops| {
+            ops.send(&t.payload, 0..64)?;
+            Ok(())
+        });
+        check!(
+            late.as_ref().err().map(|e| e.err) == Some(ESHUTDOWN),
+            "post after drain"
+        );
+        drop(late);
+        p.a.drain_sq();
+        check!(p.a.send_outstanding() == 0, "sends left after drain_sq");
+        drop((flushed, p));
+        leak_check()
+    })())
+}
+
+/// A fast-registered MR over a scatterlist of pages (`ib_dma_map_sg`): RDMA WRITE across
+/// page boundaries lands in the right pages, RDMA READ of the last page gives it back.
+#[no_mangle]
+extern "C" fn rdma_kunit_verbs_mr_sg() -> c_int {
+    ret((|| {
+        let dev = rxe0()?;
+        let p = rc_pair(&dev)?;
+        check!(
+            DmaSg::new(&p.pd, 0).err() == Some(EINVAL),
+            "DmaSg of 0 pages"
+        );
+        check!(
+            DmaSg::new(&p.pd, MAX_SG_PAGES + 1).err() == Some(EINVAL),
+            "DmaSg over MAX_SG_PAGES"
+        );
+        const PAGES: usize = 4;
+        let mut sg = DmaSg::new(&p.pd, PAGES)?;
+        check!(sg.len() == PAGES * 4096, "DmaSg of {} bytes", sg.len());
+        let mut pat = KVec::from_elem(0u8, sg.len(), GFP_KERNEL)?;
+        for (i, x) in pat.iter_mut().enumerate() {
+            *x = pattern(5, i);
+        }
+        sg.write(0, &pat)?;
+        let mut probe = [0u8; 2];
+        check!(
+            sg.read(sg.len() - 1, &mut probe).err() == Some(EINVAL),
+            "read past the end"
+        );
+        let mut small = Mr::new(&p.pd, PAGES as u32 - 1)?;
+        let sg = match small.map_sg(sg) {
+            Err((e, sg)) => {
+                check!(e == EINVAL, "map_sg into a too small MR: {:?}", e);
+                sg
+            }
+            Ok(()) => {
+                check!(false, "map_sg into a too small MR succeeded");
+                return Err(EINVAL);
+            }
+        };
+        let mut mr = Mr::new(&p.pd, PAGES as u32)?;
+        mr.map_sg(sg).map_err(|(e, _)| e)?;
+        let again = DmaSg::new(&p.pd, 1)?;
+        check!(
+            mr.map_sg(again).err().map(|(e, _)| e) == Some(EBUSY),
+            "second map_sg"
+        );
+        let mr = register(&p.b, mr, Access::REMOTE_WRITE | Access::REMOTE_READ)?;
+        let remote = mr.remote();
+        // 2 pages + 100 bytes, from the middle of page 0 into page 2.
+        let (at, len) = (1000usize, 2 * 4096 + 100);
+        let s = sink::<DmaBuf>()?;
+        p.a.post_send(twr(filled(&p.pd, len, 8)?, &s)?, |t, ops| {
+            ops.write(&t.payload, 0..len, remote.offset(at as u64))?;
+            Ok(())
+        })?;
+        let w = s.wait(1)?;
+        check!(w[0].status == WcStatus::Success, "write: {:?}", w[0].status);
+        let pages = mr.sg().ok_or(EINVAL)?;
+        let mut got = KVec::from_elem(0u8, pages.len(), GFP_KERNEL)?;
+        pages.read(0, &mut got)?;
+        check!(got[..at] == pat[..at], "bytes before the write changed");
+        check!(matches(&got[at..at + len], 8), "written bytes differ");
+        check!(
+            got[at + len..] == pat[at + len..],
+            "bytes after the write changed"
+        );
+        p.a.post_send(twr(DmaBuf::new(&p.pd, 4096, GFP_KERNEL)?, &s)?, |t, ops| {
+            ops.read(&t.payload, 0..4096, remote.offset(3 * 4096))?;
+            Ok(())
+        })?;
+        let r = s.wait(1)?;
+        check!(r[0].status == WcStatus::Success, "read: {:?}", r[0].status);
+        check!(
+            r[0].payload.as_slice() == &got[3 * 4096..],
+            "read of the last page differs"
+        );
+        drop((w, r, mr, small, p));
+        leak_check()
+    })())
+}
+
+extern "C" {
+    fn rdma_kunit_fail_nth(n: u32) -> c_int;
+    fn rdma_kunit_fail_left() -> u32;
+    fn rdma_kunit_res_count(name: *const kernel::ffi::c_char) -> c_int;
+}
+
+/// RDMA objects the core tracks on rxe0.
+fn res_count() -> Result<i32> {
+    // SAFETY: The name is a NUL-terminated static string.
+    let n = unsafe { rdma_kunit_res_count(c_str!("rxe0").as_char_ptr()) };
+    if n < 0 {
+        return Err(Error::from_errno(n));
+    }
+    Ok(n)
+}
+
+/// Marks, in the kernel log, where allocations fail on purpose: the harness accepts the
+/// allocator's failure reports (a stack dump after "vmalloc error") only inside.
+struct InjectionWindow;
+
+impl InjectionWindow {
+    fn open() -> Self {
+        pr_info!("rdma_kunit: fault injection: on\n");
+        InjectionWindow
+    }
+}
+
+impl Drop for InjectionWindow {
+    fn drop(&mut self) {
+        // SAFETY: Disarms fault injection for this task.
+        unsafe { rdma_kunit_fail_nth(0) };
+        pr_info!("rdma_kunit: fault injection: off\n");
+    }
+}
+
+/// Runs `build` with its 1st, 2nd, 3rd ... allocation (any fault-injection point of this task)
+/// failing, until it passes all of them; after each failure, nothing it built may be left:
+/// no RDMA object on the device, and `settled` (e.g. CQ reservations) must hold. Memory is
+/// left to kmemleak, which the harness runs after the suites. Returns how many allocations
+/// it made.
+fn every_failure<T>(
+    what: &str,
+    mut build: impl FnMut() -> Result<T>,
+    settled: impl Fn() -> bool,
+) -> Result<u32> {
+    let base = res_count()?;
+    let _window = InjectionWindow::open();
+    for n in 1..=400u32 {
+        // SAFETY: Arms fault injection for this task only; disarmed below.
+        if unsafe { rdma_kunit_fail_nth(n) } != 0 {
+            return Err(ENODEV);
+        }
+        let built = build();
+        // SAFETY: As above.
+        let left = unsafe { rdma_kunit_fail_left() };
+        // SAFETY: As above.
+        unsafe { rdma_kunit_fail_nth(0) };
+        let passed = built.is_ok() && left > 0;
+        drop(built);
+        let now = res_count()?;
+        check!(
+            now == base,
+            "{what}: with allocation {n} failing, {} RDMA objects were left",
+            now - base
+        );
+        check!(
+            settled(),
+            "{what}: with allocation {n} failing, state was not restored"
+        );
+        if passed {
+            return Ok(n - 1);
+        }
+    }
+    check!(false, "{what}: did not succeed within 400 allocations");
+    Err(EINVAL)
+}
+
+/// Every constructor, with each of its allocations failing in turn (`fail_nth`), fails
+/// cleanly and leaves nothing behind; with none failing it succeeds.
+#[no_mangle]
+extern "C" fn rdma_kunit_verbs_ctor_failures() -> c_int {
+    ret((|| {
+        let dev = rxe0()?;
+        // SAFETY: Disarmed at once; this only probes for CONFIG_FAULT_INJECTION.
+        if unsafe { rdma_kunit_fail_nth(0) } != 0 {
+            pr_err!("CONFIG_FAULT_INJECTION is off: cannot inject failures\n");
+            return Err(EINVAL);
+        }
+        let pd = Pd::new(&dev)?;
+        let cq = Cq::new(&dev, 256, 0, PollContext::Softirq)?;
+        let idle = || cq.free_entries() == cq.entries();
+        let always = || true;
+        let mut counts = KVec::new();
+        let n = every_failure("Pd::new", || Pd::new(&dev), always)?;
+        counts.push(n, GFP_KERNEL)?;
+        for poll in [PollContext::Softirq, PollContext::Workqueue] {
+            let n = every_failure("Cq::new", || Cq::new(&dev, 64, 0, poll), always)?;
+            counts.push(n, GFP_KERNEL)?;
+        }
+        let caps = QpCaps::default();
+        let n = every_failure(
+            "RC Qp::new + to_init + connect",
+            || {
+                let a = Qp::new(&pd, QpType::Rc, &cq, &cq, &caps)?.to_init(1, Access::NONE)?;
+                let e = a.endpoint()?;
+                a.connect(&e, &RcParams::default())
+            },
+            idle,
+        )?;
+        counts.push(n, GFP_KERNEL)?;
+        let n = every_failure(
+            "UD Qp::new + ready_ud + Ah::new",
+            || {
+                let q = Qp::new(&pd, QpType::Ud, &cq, &cq, &caps)?
+                    .to_init_ud(1, 0x1111)?
+                    .ready_ud()?;
+                let ah = Ah::new(&pd, 1, &q.endpoint()?.gid)?;
+                Ok((q, ah))
+            },
+            idle,
+        )?;
+        counts.push(n, GFP_KERNEL)?;
+        let n = every_failure(
+            "Srq::new + Qp::new_with_srq",
+            || {
+                let srq = Srq::new(&pd, &cq, 32, 1)?;
+                let q = Qp::new_with_srq(&pd, QpType::Rc, &cq, &srq, &caps)?;
+                Ok((q, srq))
+            },
+            idle,
+        )?;
+        counts.push(n, GFP_KERNEL)?;
+        let n = every_failure(
+            "Mr::new + map",
+            || {
+                let mut mr = Mr::new(&pd, 4)?;
+                mr.map(DmaBuf::new(&pd, 3 * 4096, GFP_KERNEL)?)
+                    .map_err(|(e, _)| e)?;
+                Ok(mr)
+            },
+            always,
+        )?;
+        counts.push(n, GFP_KERNEL)?;
+        let n = every_failure(
+            "Mr::new + map_sg",
+            || {
+                let mut mr = Mr::new(&pd, 4)?;
+                mr.map_sg(DmaSg::new(&pd, 4)?).map_err(|(e, _)| e)?;
+                Ok(mr)
+            },
+            always,
+        )?;
+        counts.push(n, GFP_KERNEL)?;
+        let n = every_failure("DmaPage::new", || DmaPage::new(&pd), always)?;
+        counts.push(n, GFP_KERNEL)?;
+        let n = every_failure(
+            "EventRegistration::new",
+            || {
+                let ev = Arc::pin_init(
+                    pin_init!(Events {
+                        list <- new_spinlock_bh!(KVec::new(), "rdma_kunit_events"),
+                        sig <- Signal::new(),
+                    }),
+                    GFP_KERNEL,
+                )?;
+                EventRegistration::new(&dev, Watch(ev))
+            },
+            always,
+        )?;
+        counts.push(n, GFP_KERNEL)?;
+        pr_info!(
+            "rdma_kunit: allocations per constructor (each failed in turn): {:?}\n",
+            &counts[..]
+        );
+        check!(
+            counts.iter().all(|&c| c > 0),
+            "a constructor made no allocation: the injection did not reach it"
+        );
         Ok(())
     })())
 }
