@@ -37,7 +37,7 @@ clippy_warnings() {
 w=$(clippy_warnings "$LOGS/clippy-kernel.log" 'rust/kernel/rdma/')
 [ -z "$w" ] || { echo "$w" >&2; echo "check: clippy warnings in kernel::rdma" >&2; fail=1; }
 
-for spec in rdma_rust_ulp:CONFIG_RDMA_RUST_ULP:rdma_rust_ulp.o rdma_kunit:CONFIG_RDMA_RUST_KUNIT:rdma_kunit_tests.o \
+for spec in rdma_rust_ulp:CONFIG_RDMA_RUST_ULP:ulp_main.o rdma_kunit:CONFIG_RDMA_RUST_KUNIT:rdma_kunit_tests.o \
 	rdma_rust_loopback:CONFIG_SAMPLE_RDMA_RUST_LOOPBACK:rdma_rust_loopback.o; do
 	IFS=: read -r name opt obj <<< "$spec"
 	log "clippy: $name"

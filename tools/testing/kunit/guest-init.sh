@@ -162,13 +162,15 @@ mode_test() {
 	check attached_rxe1 dmesg_has "rdma_rust_ulp: rxe1: attached"
 	check port_logged_active dmesg_has "rdma_rust_ulp: rxe0: port 1 ACTIVE link_layer Ethernet"
 	check link_delete_returns timeout 30 rdma link delete rxe0
-	check link_delete_frees_state dmesg_has "rdma_rust_ulp: rxe0: detached, device state freed"
+	check link_delete_frees_state dmesg_has "rdma_rust_ulp: rxe0: detached (0 runs stopped), device state freed"
 	check link_add_attaches_again sh -c \
 		'rdma link add rxe0 type rxe netdev veth0 && [ "$(dmesg | grep -c "rdma_rust_ulp: rxe0: attached")" = 2 ]'
 	check rmmod timeout 30 rmmod rdma_rust_ulp
 	check rmmod_frees_all sh -c \
-		'[ "$(dmesg | grep -c "rdma_rust_ulp: rxe[01]: detached, device state freed")" = 3 ]'
+		'[ "$(dmesg | grep -c "rdma_rust_ulp: rxe[01]: detached (0 runs stopped), device state freed")" = 3 ]'
 	suite_end
+
+	ulp_traffic
 
 	# samples/: an RC message through a loopback QP pair on each device.
 	suite_begin rdma_samples
@@ -204,6 +206,171 @@ mode_test() {
 }
 dmesg_has() { dmesg | grep -q "$1"; }
 
+# --- rdma_rust_ulp's control interface ----------------------------------------
+ULP=/sys/kernel/debug/rdma_rust_ulp
+ulp_ctl() { echo "$*" > $ULP/ctl; }
+# ulp_stat ID COLUMN: one cell of the stats table (columns by header name)
+ulp_stat() {
+	awk -v id="$1" -v col="$2" \
+		'NR == 1 { for (i = 1; i <= NF; i++) h[$i] = i; next } $1 == id { print $(h[col]) }' \
+		$ULP/stats
+}
+ulp_last_id() { awk 'NR > 1 && $1 > m { m = $1 } END { print m + 0 }' $ULP/stats; }
+ulp_row() { awk -v id="$1" 'NR == 1 || $1 == id' $ULP/stats; }
+# ulp_clean ID COUNT RECV: run ID is done and moved COUNT messages with no error,
+# loss, duplicate or corruption (and received them all if RECV is 1)
+ulp_clean() {
+	ulp_row "$1"
+	[ "$(ulp_stat "$1" state)" = done ] || { echo "run $1 not done"; return 1; }
+	[ "$(ulp_stat "$1" messages)" = "$2" ] || { echo "run $1: messages != $2"; return 1; }
+	local col
+	for col in errors lost dup corrupt; do
+		[ "$(ulp_stat "$1" $col)" = 0 ] || { echo "run $1: $col != 0"; return 1; }
+	done
+	[ "$3" = 0 ] || [ "$(ulp_stat "$1" received)" = "$2" ] ||
+		{ echo "run $1: received != $2"; return 1; }
+}
+# ulp_run COUNT RECV KEY=VALUE...: a run to its end (wait=1), then ulp_clean
+ulp_run() {
+	n=$1; r=$2; shift 2
+	ulp_ctl start "$@" count="$n" wait=1 || { echo "start $* failed"; return 1; }
+	ulp_clean "$(ulp_last_id)" "$n" "$r"
+}
+
+# bad_ctl: every malformed or out-of-range control string is refused with an
+# error (EINVAL, or ENODEV for a missing device), logs why, and starts nothing.
+bad_ctl() {
+	rows=$(wc -l < $ULP/stats)
+	bad=0
+	for c in "bogus" "start" "start dev=nosuch" "start dev=rxe0 mode=xx" \
+		"start dev=rxe0 size=0" "start dev=rxe0 size=abc" "start dev=rxe0 size=8m" \
+		"start dev=rxe0 depth=0" "start dev=rxe0 depth=5000" "start dev=rxe0 count=0" \
+		"start dev=rxe0 count=99999999999" "start dev=rxe0 validate=2" \
+		"start dev=rxe0 frob=1" "start dev=rxe0 size" "start dev=rxe0 poll=irq" \
+		"start dev=rxe0 mode=ud size=4096" "start dev=rxe0 mode=ud op=write" \
+		"start dev=rxe0 op=write size=65536 depth=64" "start dev=rxe0 size=4 validate=1" \
+		"stop" "stop id=999" "stop id=x" "wait id=999 extra" "clear now"; do
+		before=$(dmesg | grep -c 'rdma_rust_ulp: ')
+		if ulp_ctl "$c" 2> /tmp/err; then
+			echo "accepted: '$c'"; bad=1
+		elif [ "$(dmesg | grep -c 'rdma_rust_ulp: ')" = "$before" ]; then
+			echo "refused without a message: '$c'"; bad=1
+		fi
+	done
+	[ "$(wc -l < $ULP/stats)" = "$rows" ] || { echo "a refused command started a run"; bad=1; }
+	return $bad
+}
+
+# The RDMA objects of each device (a re-added device gets a new index).
+rdma_resources() { rdma resource show | sed 's/^[0-9]*: //' | sort; }
+resources_as_before() { rdma_resources > /tmp/res-after; diff /tmp/res-before /tmp/res-after; }
+
+# ulp_stop_mid_run: a long run is stopped part-way and gives everything back.
+ulp_stop_mid_run() {
+	ulp_ctl start mode=rc op=send size=1024 count=1000000000 dev=rxe0 || return 1
+	id=$(ulp_last_id)
+	sleep 2
+	[ "$(ulp_stat "$id" state)" = running ] || { ulp_row "$id"; echo "not running"; return 1; }
+	ulp_ctl stop id="$id" || return 1
+	ulp_row "$id"
+	[ "$(ulp_stat "$id" state)" = done ] && [ "$(ulp_stat "$id" messages)" -gt 0 ] &&
+		[ "$(ulp_stat "$id" errors)" = 0 ] && [ "$(ulp_stat "$id" corrupt)" = 0 ]
+}
+
+# ulp_concurrent: three runs at once on two devices, waited for together.
+ulp_concurrent() {
+	local rc_send rc_write ud_send id running=0
+	ulp_ctl start mode=rc op=send size=4096 count=300 dev=rxe0 || return 1
+	rc_send=$(ulp_last_id)
+	ulp_ctl start mode=rc op=write size=4096 count=300 dev=rxe1 || return 1
+	rc_write=$(ulp_last_id)
+	ulp_ctl start mode=ud op=send size=512 count=300 dev=rxe0 || return 1
+	ud_send=$(ulp_last_id)
+	for id in $rc_send $rc_write $ud_send; do
+		[ "$(ulp_stat "$id" state)" = done ] || running=$((running + 1))
+	done
+	[ $running -ge 2 ] || { echo "only $running runs in flight together"; return 1; }
+	ulp_ctl wait all || return 1
+	ulp_clean "$rc_send" 300 1 && ulp_clean "$rc_write" 300 0 && ulp_ud_ok "$ud_send" 300
+}
+
+# ulp_ud_ok ID COUNT: a UD run: every datagram sent, none corrupt or
+# duplicated, and every one either received or counted as lost.
+ulp_ud_ok() {
+	ulp_row "$1"
+	[ "$(ulp_stat "$1" state)" = done ] && [ "$(ulp_stat "$1" messages)" = "$2" ] &&
+		[ "$(ulp_stat "$1" errors)" = 0 ] && [ "$(ulp_stat "$1" corrupt)" = 0 ] &&
+		[ "$(ulp_stat "$1" dup)" = 0 ] &&
+		[ $(( $(ulp_stat "$1" received) + $(ulp_stat "$1" lost) )) = "$2" ]
+}
+
+# ulp_ud_run COUNT KEY=VALUE...: a UD run to its end, then ulp_ud_ok
+ulp_ud_run() {
+	n=$1; shift
+	ulp_ctl start "$@" count="$n" wait=1 || { echo "start $* failed"; return 1; }
+	ulp_ud_ok "$(ulp_last_id)" "$n"
+}
+# ulp_has ID COLUMN VALUE
+ulp_has() { ulp_row "$1"; [ "$(ulp_stat "$1" "$2")" = "$3" ]; }
+
+# ulp_link_delete_mid_run: deleting a device under a run stops and frees the
+# run from remove(), promptly; the device comes back and runs again.
+ulp_link_delete_mid_run() {
+	rdma resource show
+	ulp_ctl start mode=rc op=send size=1024 count=1000000000 dev=rxe1 || return 1
+	id=$(ulp_last_id)
+	sleep 1
+	t0=$(uptime_ms)
+	timeout 30 rdma link delete rxe1 || { echo "rdma link delete failed"; return 1; }
+	echo "rdma link delete took $(( $(uptime_ms) - t0 )) ms"
+	dmesg_has "rdma_rust_ulp: rxe1: detached (1 runs stopped)" || { echo "no detach message"; return 1; }
+	[ -z "$(ulp_stat "$id" state)" ] || { echo "run $id still listed"; return 1; }
+	add_rxe rxe1 veth1 || { echo "rxe1 did not come back"; return 1; }
+	ulp_run 100 1 mode=rc op=send size=4096 dev=rxe1
+}
+
+# ulp_rmmod_mid_run: unloading the module under runs on both devices.
+ulp_rmmod_mid_run() {
+	n0=$(dmesg | grep -c 'rdma_rust_ulp: rxe[01]: detached (1 runs stopped)')
+	ulp_ctl start mode=rc op=write size=4096 count=1000000000 dev=rxe0 || return 1
+	ulp_ctl start mode=ud op=send size=1024 count=1000000000 dev=rxe1 || return 1
+	sleep 1
+	timeout 30 rmmod rdma_rust_ulp || { echo "rmmod failed"; return 1; }
+	n=$(( $(dmesg | grep -c 'rdma_rust_ulp: rxe[01]: detached (1 runs stopped)') - n0 ))
+	[ "$n" = 2 ] || { echo "$n devices reported a stopped run"; return 1; }
+}
+
+# The ULP's traffic: each op over RC, UD, each poll context, concurrency, bad
+# input, stop, device removal and rmmod under load.
+ulp_traffic() {
+	suite_begin rdma_ulp_traffic
+	m=/lib/modules/extra/rdma_rust_ulp.ko
+	rdma_resources > /tmp/res-before
+	check param_depth_0_refused sh -c "! insmod $m default_depth=0 && dmesg | grep -q 'default_depth=0: must be 1..=1024'"
+	check param_poll_refused sh -c "! insmod $m default_poll=irq && dmesg | grep -q 'default_poll=irq: must be'"
+	check param_max_runs_refused sh -c "! insmod $m max_runs=0 && dmesg | grep -q 'max_runs=0: must be'"
+	check insmod_with_params insmod $m default_depth=8 default_poll=softirq max_runs=8
+	check params_applied dmesg_has "rdma_rust_ulp: loaded (default_depth=8 default_poll=softirq max_runs=8)"
+	check rc_send_4KiB ulp_run 300 1 mode=rc op=send size=4096 dev=rxe0
+	check rc_send_imm_64B ulp_run 500 1 mode=rc op=send_imm size=64 dev=rxe0
+	check rc_write_16KiB ulp_run 100 0 mode=rc op=write size=16384 depth=8 dev=rxe0
+	check rc_read_16KiB ulp_run 100 0 mode=rc op=read size=16384 depth=8 dev=rxe0
+	check rc_send_4KiB_workqueue ulp_run 300 1 mode=rc op=send size=4096 poll=workqueue dev=rxe0
+	check rc_send_4KiB_direct ulp_run 300 1 mode=rc op=send size=4096 poll=direct dev=rxe0
+	check rc_write_workqueue ulp_run 100 0 mode=rc op=write size=4096 poll=workqueue dev=rxe1
+	check rc_read_direct ulp_run 100 0 mode=rc op=read size=4096 poll=direct dev=rxe1
+	check ud_send_1KiB ulp_ud_run 300 mode=ud op=send size=1024 dev=rxe0
+	check ud_send_direct ulp_ud_run 300 mode=ud op=send size=256 poll=direct dev=rxe1
+	check default_depth_used ulp_has 1 depth 8
+	check concurrent_runs ulp_concurrent
+	check bad_input_refused bad_ctl
+	check stop_mid_run ulp_stop_mid_run
+	check link_delete_mid_run ulp_link_delete_mid_run
+	check rmmod_mid_run ulp_rmmod_mid_run
+	check resources_released resources_as_before
+	suite_end
+}
+
 mode_run() {
 	say ""
 	say "=== rdma-rust demo: soft-RoCE devices rxe0 (veth0) and rxe1 (veth1) ==="
@@ -213,6 +380,25 @@ mode_run() {
 	say "=== insmod rdma_rust_ulp.ko ==="
 	insmod /lib/modules/extra/rdma_rust_ulp.ko
 	dmesg | grep 'rdma_rust_ulp:' | sed 's/^\[[ 0-9.]*\] /  /' > /dev/console
+	say ""
+	say "=== RC and UD runs, driven from softirq completion handlers ==="
+	for c in "mode=rc op=send size=4096 count=1000 depth=16 dev=rxe0" \
+		"mode=rc op=send_imm size=64 count=1000 depth=16 dev=rxe0" \
+		"mode=rc op=write size=16384 count=300 depth=8 dev=rxe0" \
+		"mode=rc op=read size=16384 count=300 depth=8 dev=rxe1" \
+		"mode=ud op=send size=1024 count=1000 depth=16 dev=rxe1" \
+		"mode=rc op=send size=4096 count=1000 depth=16 dev=rxe0 poll=workqueue" \
+		"mode=rc op=send size=4096 count=1000 depth=16 dev=rxe0 poll=direct"; do
+		say "  echo '$c wait=1' > $ULP/ctl"
+		ulp_ctl start $c wait=1 || say "  failed: $(dmesg | tail -n 1)"
+	done
+	say ""
+	say "$ULP/stats:"
+	cat $ULP/stats > /dev/console
+	ok=$(awk 'NR == 1 { for (i = 1; i <= NF; i++) h[$i] = i; next }
+		$(h["state"]) == "done" && $(h["messages"]) == $(h["count"]) &&
+		$(h["errors"]) == 0 && $(h["corrupt"]) == 0 { n++ } END { print n + 0 }' $ULP/stats)
+	say "rdmatest: demo: $ok of 7 runs complete without errors"
 	say ""
 	say "=== rdma link delete rxe1 ==="
 	rdma link delete rxe1

@@ -86,6 +86,8 @@ if [ "$mode" = run ]; then
 	status=$(cat "$run_dir/run.status")
 	[ "$status" = ok ] || die "VM: $status (log: $run_dir/run.log)"
 	grep -q 'rdma_rust_ulp: rxe0: attached' "$run_dir/run.log" || die "the ULP did not attach (log: $run_dir/run.log)"
+	grep -q 'rdmatest: demo: 7 of 7 runs complete without errors' "$run_dir/run.log" ||
+		die "a demo run failed (log: $run_dir/run.log)"
 	exit 0
 fi
 
@@ -111,7 +113,7 @@ t_vm=$(($(date +%s) - t1))
 
 if [ "$TOPOLOGY" != peers ]; then
 	guests+=(--guest "loopback=$run_dir/loopback.log=$(cat "$run_dir/loopback.status")")
-	expect+=,rdma_setup,rdma_device,rdma_verbs,rdma_client,rdma_rust_ulp,rdma_samples,rdma_loopback,rdma_leaks
+	expect+=,rdma_setup,rdma_device,rdma_verbs,rdma_client,rdma_rust_ulp,rdma_ulp_traffic,rdma_samples,rdma_loopback,rdma_leaks
 fi
 if [ "$TOPOLOGY" != loopback ]; then
 	guests+=(--guest "peer_a=$run_dir/peer-a.log=$(cat "$run_dir/peer-a.status")")

@@ -1,0 +1,310 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The control language of `/sys/kernel/debug/rdma_rust_ulp/ctl`.
+//!
+//! One command per write:
+//!
+//! - `start key=value ...` starts a run (keys below); `dev=` is required.
+//! - `stop id=N` / `stop all` stops runs and frees what they hold.
+//! - `wait id=N` / `wait all` waits until runs have ended, then frees what they hold.
+//! - `clear` forgets the statistics of ended runs.
+//!
+//! Keys of `start`: `mode=rc|ud`, `op=send|send_imm|write|read`, `size=N` (bytes),
+//! `count=N` (messages), `depth=N` (requests in flight), `dev=NAME`,
+//! `poll=softirq|workqueue|direct`, `validate=0|1`, `wait=0|1`.
+//!
+//! Parsing only checks syntax and ranges that do not depend on the device; the device's own
+//! limits are checked when the run is built. Every rejection says why in the kernel log.
+
+use kernel::prelude::*;
+use kernel::rdma::{cq::PollContext, qp::QpType};
+
+/// What a run sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Op {
+    Send,
+    SendImm,
+    Write,
+    Read,
+}
+
+impl Op {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Op::Send => "send",
+            Op::SendImm => "send_imm",
+            Op::Write => "write",
+            Op::Read => "read",
+        }
+    }
+
+    /// Whether the peer posts receives for it.
+    pub(crate) fn uses_recv(self) -> bool {
+        matches!(self, Op::Send | Op::SendImm)
+    }
+}
+
+pub(crate) fn poll_name(p: PollContext) -> &'static str {
+    match p {
+        PollContext::Softirq => "softirq",
+        PollContext::Workqueue => "workqueue",
+        PollContext::UnboundWorkqueue => "unbound",
+        PollContext::Direct => "direct",
+    }
+}
+
+pub(crate) fn mode_name(m: QpType) -> &'static str {
+    match m {
+        QpType::Rc => "rc",
+        QpType::Ud => "ud",
+    }
+}
+
+/// Largest message count of one run.
+pub(crate) const MAX_COUNT: u64 = 1 << 32;
+/// Largest depth of one run.
+pub(crate) const MAX_DEPTH: u32 = 1024;
+/// Longest device name.
+const DEV_MAX: usize = 63;
+
+/// A run as the control string describes it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Spec {
+    pub(crate) mode: QpType,
+    pub(crate) op: Op,
+    pub(crate) size: usize,
+    pub(crate) count: u64,
+    pub(crate) depth: u32,
+    pub(crate) dev: [u8; DEV_MAX + 1],
+    pub(crate) dev_len: usize,
+    pub(crate) poll: PollContext,
+    pub(crate) validate: bool,
+    pub(crate) wait: bool,
+}
+
+impl Spec {
+    /// The device name as given.
+    pub(crate) fn dev(&self) -> &[u8] {
+        &self.dev[..self.dev_len]
+    }
+}
+
+/// Which runs a `stop` or `wait` names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Target {
+    All,
+    Id(u32),
+}
+
+/// One parsed command.
+pub(crate) enum Command {
+    Start(Spec),
+    Stop(Target),
+    Wait(Target),
+    Clear,
+}
+
+/// Defaults of a run (the module parameters, checked at load).
+#[derive(Clone, Copy)]
+pub(crate) struct Defaults {
+    pub(crate) depth: u32,
+    pub(crate) poll: PollContext,
+}
+
+pub(crate) fn parse_poll(v: &[u8]) -> Option<PollContext> {
+    Some(match v {
+        b"softirq" => PollContext::Softirq,
+        b"workqueue" => PollContext::Workqueue,
+        b"direct" => PollContext::Direct,
+        _ => return None,
+    })
+}
+
+/// A decimal number with an optional k/m/g (x1024) suffix.
+fn parse_num(v: &[u8]) -> Option<u64> {
+    let (digits, mult) = match v.last()? {
+        b'k' | b'K' => (&v[..v.len() - 1], 1u64 << 10),
+        b'm' | b'M' => (&v[..v.len() - 1], 1 << 20),
+        b'g' | b'G' => (&v[..v.len() - 1], 1 << 30),
+        _ => (v, 1),
+    };
+    if digits.is_empty() || digits.len() > 19 {
+        return None;
+    }
+    let mut n: u64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        n = n.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+    }
+    n.checked_mul(mult)
+}
+
+/// Shows a byte string in a message, whatever it holds.
+pub(crate) struct Show<'a>(pub(crate) &'a [u8]);
+
+impl core::fmt::Display for Show<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        for &b in self.0.iter().take(64) {
+            if b.is_ascii_graphic() {
+                write!(f, "{}", b as char)?;
+            } else {
+                write!(f, "\\x{b:02x}")?;
+            }
+        }
+        if self.0.len() > 64 {
+            write!(f, "...")?;
+        }
+        Ok(())
+    }
+}
+
+fn bad(what: core::fmt::Arguments<'_>) -> Error {
+    pr_err!("ctl: {}\n", what);
+    EINVAL
+}
+
+fn parse_target(words: &mut dyn Iterator<Item = &[u8]>, cmd: &str) -> Result<Target> {
+    let t = match words.next() {
+        Some(b"all") => Target::All,
+        Some(w) if w.starts_with(b"id=") => {
+            let id = parse_num(&w[3..])
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| bad(format_args!("{cmd}: bad run id '{}'", Show(&w[3..]))))?;
+            Target::Id(id)
+        }
+        Some(w) => {
+            return Err(bad(format_args!(
+                "{cmd}: expected id=N or all, got '{}'",
+                Show(w)
+            )))
+        }
+        None => return Err(bad(format_args!("{cmd}: expected id=N or all"))),
+    };
+    if let Some(w) = words.next() {
+        return Err(bad(format_args!("{cmd}: unexpected '{}'", Show(w))));
+    }
+    Ok(t)
+}
+
+/// Parses one command.
+pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
+    let mut words = input
+        .split(|c| c.is_ascii_whitespace())
+        .filter(|w| !w.is_empty());
+    let cmd = words
+        .next()
+        .ok_or_else(|| bad(format_args!("empty command")))?;
+    match cmd {
+        b"stop" => return Ok(Command::Stop(parse_target(&mut words, "stop")?)),
+        b"wait" => return Ok(Command::Wait(parse_target(&mut words, "wait")?)),
+        b"clear" => {
+            if let Some(w) = words.next() {
+                return Err(bad(format_args!("clear: unexpected '{}'", Show(w))));
+            }
+            return Ok(Command::Clear);
+        }
+        b"start" => {}
+        _ => {
+            return Err(bad(format_args!(
+                "unknown command '{}' (start, stop, wait, clear)",
+                Show(cmd)
+            )))
+        }
+    }
+    let mut s = Spec {
+        mode: QpType::Rc,
+        op: Op::Send,
+        size: 4096,
+        count: 1000,
+        depth: d.depth,
+        dev: [0; DEV_MAX + 1],
+        dev_len: 0,
+        poll: d.poll,
+        validate: true,
+        wait: false,
+    };
+    for w in words {
+        let Some(eq) = w.iter().position(|&c| c == b'=') else {
+            return Err(bad(format_args!("start: '{}' is not key=value", Show(w))));
+        };
+        let (k, v) = (&w[..eq], &w[eq + 1..]);
+        let num = |lo: u64, hi: u64| {
+            parse_num(v)
+                .filter(|n| (lo..=hi).contains(n))
+                .ok_or_else(|| {
+                    bad(format_args!(
+                        "start: {}={} is not a number in {lo}..={hi}",
+                        Show(k),
+                        Show(v)
+                    ))
+                })
+        };
+        let flag = || match v {
+            b"0" => Ok(false),
+            b"1" => Ok(true),
+            _ => Err(bad(format_args!("start: {}={} (0 or 1)", Show(k), Show(v)))),
+        };
+        match k {
+            b"mode" => {
+                s.mode = match v {
+                    b"rc" => QpType::Rc,
+                    b"ud" => QpType::Ud,
+                    _ => return Err(bad(format_args!("start: mode={} (rc or ud)", Show(v)))),
+                }
+            }
+            b"op" => {
+                s.op = match v {
+                    b"send" => Op::Send,
+                    b"send_imm" => Op::SendImm,
+                    b"write" => Op::Write,
+                    b"read" => Op::Read,
+                    _ => {
+                        return Err(bad(format_args!(
+                            "start: op={} (send, send_imm, write or read)",
+                            Show(v)
+                        )))
+                    }
+                }
+            }
+            b"size" => s.size = num(1, 1 << 30)? as usize,
+            b"count" => s.count = num(1, MAX_COUNT)?,
+            b"depth" => s.depth = num(1, u64::from(MAX_DEPTH))? as u32,
+            b"dev" => {
+                if v.is_empty() || v.len() > DEV_MAX {
+                    return Err(bad(format_args!("start: bad device name '{}'", Show(v))));
+                }
+                s.dev[..v.len()].copy_from_slice(v);
+                s.dev_len = v.len();
+            }
+            b"poll" => {
+                s.poll = parse_poll(v).ok_or_else(|| {
+                    bad(format_args!(
+                        "start: poll={} (softirq, workqueue or direct)",
+                        Show(v)
+                    ))
+                })?
+            }
+            b"validate" => s.validate = flag()?,
+            b"wait" => s.wait = flag()?,
+            _ => return Err(bad(format_args!("start: unknown key '{}'", Show(k)))),
+        }
+    }
+    if s.dev_len == 0 {
+        return Err(bad(format_args!("start: dev= is required")));
+    }
+    if s.mode == QpType::Ud && s.op != Op::Send {
+        return Err(bad(format_args!(
+            "start: op={} needs mode=rc (UD runs send datagrams only)",
+            s.op.name()
+        )));
+    }
+    if s.validate && s.op.uses_recv() && s.size < crate::run::HEADER {
+        return Err(bad(format_args!(
+            "start: validate=1 needs size>={} (sequence header)",
+            crate::run::HEADER
+        )));
+    }
+    Ok(Command::Start(s))
+}

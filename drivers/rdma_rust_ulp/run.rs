@@ -1,0 +1,657 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! One run: a QP pair on one device, traffic kept in flight by completion handlers.
+//!
+//! The data path never allocates, sleeps or takes a sleeping lock: every buffer is allocated,
+//! mapped (and, for RDMA, registered) when the run is built, each work request ([`Tx`],
+//! [`Rx`]) owns its buffer for the life of the run, and the completion handler of a request
+//! posts it again. Handlers run in the CQ's poll context (softirq by default).
+//!
+//! With `validate=1` every message carries its sequence number and run id in an 8-byte header,
+//! followed by a pattern derived from the sequence number; the receiver checks both, and counts
+//! lost (a gap), duplicated or reordered (a step back) and corrupt messages. RDMA WRITEs are
+//! checked in the target buffer when they complete, RDMA READs in the local buffer.
+//!
+//! A run ends when `count` operations have completed, or when it is stopped; its resources are
+//! freed in process context by [`Run::finish`] (`wait`, `stop`, the next `start`, device
+//! removal, module unload), which drains both QPs first so that every request comes back.
+
+use crate::ctl::{Op, Spec};
+use crate::stats::Stats;
+use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
+use kernel::prelude::*;
+use kernel::rdma::{
+    ah::Ah,
+    cq::{Cq, PollContext, Wc, WcStatus},
+    device::Device,
+    dma::{DmaBuf, DmaSg, MAX_BUF, MAX_SG_PAGES},
+    mr::Mr,
+    pd::Pd,
+    qp::{Access, Qp, QpCaps, QpType, RcParams, Rts},
+    sync::{Completion as Signal, SpinLockBh},
+    wr::{Completion, Remote, Wr, GRH_LEN},
+};
+use kernel::sync::{Arc, Mutex};
+use kernel::time::Ktime;
+use kernel::{new_mutex, new_spinlock_bh};
+
+/// Bytes of the sequence header of a validated message.
+pub(crate) const HEADER: usize = 8;
+/// The Q_Key of the UD QPs of a run.
+const QKEY: u32 = 0x1111_0001;
+/// The RDMA port runs use.
+const PORT: u32 = 1;
+const PAGE: usize = 4096;
+
+fn now_ns() -> i64 {
+    Ktime::ktime_get().to_ns()
+}
+
+/// Byte `i` of message `seq`.
+fn pattern(seq: u64, i: usize) -> u8 {
+    (seq as usize).wrapping_mul(31).wrapping_add(i) as u8 ^ 0xa5
+}
+
+/// Writes message `seq` of run `id` into `buf`: the pattern, under a header when `header`
+/// (messages to a receiver; RDMA WRITEs are checked in place by position, without one).
+fn fill(buf: &mut [u8], id: u32, seq: u64, header: bool) {
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = pattern(seq, i);
+    }
+    if header && buf.len() >= HEADER {
+        buf[..4].copy_from_slice(&(seq as u32).to_le_bytes());
+        buf[4..8].copy_from_slice(&id.to_le_bytes());
+    }
+}
+
+/// The sequence number of a validated message of run `id`, if it is intact.
+fn check(buf: &[u8], id: u32) -> Option<u32> {
+    let seq = u32::from_le_bytes(buf.get(..4)?.try_into().ok()?);
+    let run = u32::from_le_bytes(buf.get(4..8)?.try_into().ok()?);
+    let ok = run == id
+        && buf
+            .iter()
+            .enumerate()
+            .skip(HEADER)
+            .all(|(i, &b)| b == pattern(u64::from(seq), i));
+    ok.then_some(seq)
+}
+
+/// Whether bytes `off .. off + len` of `sg` hold message `seq` (with no header: RDMA target).
+fn check_sg(sg: &DmaSg, off: usize, len: usize, seq: u64) -> bool {
+    let mut chunk = [0u8; 128];
+    let mut done = 0;
+    while done < len {
+        let n = (len - done).min(chunk.len());
+        if sg.read(off + done, &mut chunk[..n]).is_err() {
+            return false;
+        }
+        if !chunk[..n]
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == pattern(seq, done + i))
+        {
+            return false;
+        }
+        done += n;
+    }
+    true
+}
+
+/// What a run holds on the device; dropped in process context once both QPs are drained.
+struct Res {
+    tx_qp: Arc<Qp<Rts>>,
+    rx_qp: Arc<Qp<Rts>>,
+    target: Option<Arc<Mr>>,
+    ah: Option<Arc<Ah>>,
+    cq: Arc<Cq>,
+    _pd: Arc<Pd>,
+}
+
+/// A run and its statistics.
+#[pin_data]
+pub(crate) struct Run {
+    pub(crate) id: u32,
+    pub(crate) spec: Spec,
+    pub(crate) stats: Stats,
+    stopping: AtomicBool,
+    /// Send-side requests owned by the device or a handler (not yet retired).
+    inflight: AtomicU32,
+    /// Sequence numbers handed out to sends.
+    next_seq: AtomicU64,
+    /// The sequence number the receiver expects next.
+    rx_expected: AtomicU64,
+    pub(crate) start_ns: AtomicI64,
+    pub(crate) end_ns: AtomicI64,
+    /// Serialises "take a sequence number, post": the post order is the sequence order.
+    #[pin]
+    post_lock: SpinLockBh<()>,
+    /// Signalled when the last send-side request retires.
+    #[pin]
+    ended: Signal,
+    #[pin]
+    res: Mutex<Option<Res>>,
+}
+
+/// A send-side request: its buffer, and what it needs to post itself again.
+struct Tx {
+    buf: DmaBuf,
+    run: Arc<Run>,
+    qp: Arc<Qp<Rts>>,
+    ah: Option<Arc<Ah>>,
+    target: Option<Arc<Mr>>,
+    remote: Remote,
+    peer_qpn: u32,
+    slot: usize,
+    seq: u64,
+    posted_ns: i64,
+}
+
+/// A receive request.
+struct Rx {
+    buf: DmaBuf,
+    run: Arc<Run>,
+    qp: Arc<Qp<Rts>>,
+}
+
+/// A REG_MR request: hands the MR back to the thread that waits for it.
+#[pin_data]
+struct RegBack {
+    #[pin]
+    slot: SpinLockBh<Option<(Wr<Reg>, WcStatus)>>,
+    #[pin]
+    done: Signal,
+}
+
+struct Reg {
+    mr: Mr,
+    back: Arc<RegBack>,
+}
+
+impl Completion for Reg {
+    fn done(wr: Wr<Self>, wc: &Wc) {
+        let back = wr.data().back.clone();
+        *back.slot.lock() = Some((wr, wc.status()));
+        back.done.complete();
+    }
+}
+
+fn bad(what: core::fmt::Arguments<'_>) -> Error {
+    pr_err!("start: {}\n", what);
+    EINVAL
+}
+
+impl Run {
+    /// Builds a run on `dev` (process context): checks `spec` against the device, allocates,
+    /// maps and registers everything. Nothing is posted yet ([`Run::go`]).
+    pub(crate) fn build(dev: &Device, spec: &Spec, id: u32) -> Result<Arc<Run>> {
+        let attrs = dev.attrs();
+        let port = dev.query_port(PORT)?;
+        let depth = spec.depth;
+        let rx_depth = if spec.op.uses_recv() { 2 * depth } else { 1 };
+        if rx_depth >= attrs.max_qp_wr() || depth >= attrs.max_qp_wr() {
+            return Err(bad(format_args!(
+                "depth={} over the device's max_qp_wr {}",
+                depth,
+                attrs.max_qp_wr()
+            )));
+        }
+        let max = (port.max_msg_sz() as usize).min(MAX_BUF);
+        if spec.size > max {
+            return Err(bad(format_args!(
+                "size={} over the limit {}",
+                spec.size, max
+            )));
+        }
+        if spec.mode == QpType::Ud {
+            let mtu = port.active_mtu().map_or(0, |m| m.bytes()) as usize;
+            if spec.size > mtu {
+                return Err(bad(format_args!(
+                    "size={} over the UD path MTU {}",
+                    spec.size, mtu
+                )));
+            }
+        }
+        let rdma = matches!(spec.op, Op::Write | Op::Read);
+        let target_pages = (depth as usize * spec.size).div_ceil(PAGE);
+        if rdma
+            && (target_pages > MAX_SG_PAGES
+                || target_pages > attrs.max_fast_reg_page_list_len() as usize)
+        {
+            return Err(bad(format_args!(
+                "depth x size = {} bytes of RDMA target over the limit {}",
+                depth as usize * spec.size,
+                MAX_SG_PAGES * PAGE
+            )));
+        }
+        let pd = Pd::new(dev)?;
+        let cq = Cq::new(dev, depth + rx_depth + 8, 0, spec.poll)?;
+        let tx_caps = QpCaps {
+            send_depth: depth,
+            recv_depth: 1,
+            ..QpCaps::default()
+        };
+        let rx_caps = QpCaps {
+            send_depth: 1,
+            recv_depth: rx_depth,
+            ..QpCaps::default()
+        };
+        let (tx_qp, rx_qp, ah) = match spec.mode {
+            QpType::Rc => {
+                let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+                let a = Qp::new(&pd, QpType::Rc, &cq, &cq, &tx_caps)?.to_init(PORT, access)?;
+                let b = Qp::new(&pd, QpType::Rc, &cq, &cq, &rx_caps)?.to_init(PORT, access)?;
+                let (ea, eb) = (a.endpoint()?, b.endpoint()?);
+                let p = RcParams::default();
+                (a.connect(&eb, &p)?, b.connect(&ea, &p)?, None)
+            }
+            QpType::Ud => {
+                let a = Qp::new(&pd, QpType::Ud, &cq, &cq, &tx_caps)?
+                    .to_init_ud(PORT, QKEY)?
+                    .ready_ud()?;
+                let b = Qp::new(&pd, QpType::Ud, &cq, &cq, &rx_caps)?
+                    .to_init_ud(PORT, QKEY)?
+                    .ready_ud()?;
+                let ah = Ah::new(&pd, PORT, &b.endpoint()?.gid)?;
+                (a, b, Some(ah))
+            }
+        };
+        let tx_qp = Arc::new(tx_qp, GFP_KERNEL)?;
+        let rx_qp = Arc::new(rx_qp, GFP_KERNEL)?;
+        let target = if rdma {
+            let mut sg = DmaSg::new(&pd, target_pages)?;
+            if spec.op == Op::Read {
+                // Slot k holds message k: what every READ of slot k must return.
+                let mut chunk = KVec::from_elem(0u8, spec.size, GFP_KERNEL)?;
+                for k in 0..depth as usize {
+                    for (i, b) in chunk.iter_mut().enumerate() {
+                        *b = pattern(k as u64, i);
+                    }
+                    sg.write(k * spec.size, &chunk)?;
+                }
+            }
+            let mut mr = Mr::new(&pd, target_pages as u32)?;
+            mr.map_sg(sg).map_err(|(e, _)| e)?;
+            Some(Arc::new(register(&rx_qp, &cq, mr)?, GFP_KERNEL)?)
+        } else {
+            None
+        };
+        let res = Res {
+            tx_qp,
+            rx_qp,
+            target,
+            ah,
+            cq,
+            _pd: pd,
+        };
+        Arc::pin_init(
+            pin_init!(Run {
+                id,
+                spec: *spec,
+                stats: Stats::new(),
+                stopping: AtomicBool::new(false),
+                inflight: AtomicU32::new(0),
+                next_seq: AtomicU64::new(0),
+                rx_expected: AtomicU64::new(0),
+                start_ns: AtomicI64::new(0),
+                end_ns: AtomicI64::new(0),
+                post_lock <- new_spinlock_bh!((), "rdma_rust_ulp_post"),
+                ended <- Signal::new(),
+                res <- new_mutex!(Some(res), "rdma_rust_ulp_res"),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    /// Posts the receives and the first `depth` sends. Process context.
+    pub(crate) fn go(self: &Arc<Self>) -> Result {
+        let guard = self.res.lock();
+        let res = guard.as_ref().ok_or(ESHUTDOWN)?;
+        let spec = &self.spec;
+        if spec.op.uses_recv() {
+            let extra = if spec.mode == QpType::Ud { GRH_LEN } else { 0 };
+            for _ in 0..2 * spec.depth {
+                let rx = Rx {
+                    buf: DmaBuf::new(res.rx_qp.pd(), spec.size + extra, GFP_KERNEL)?,
+                    run: self.clone(),
+                    qp: res.rx_qp.clone(),
+                };
+                res.rx_qp.post_recv(Wr::new(rx, GFP_KERNEL)?, |r, ops| {
+                    ops.buf(&r.buf, 0..r.buf.len())?;
+                    Ok(())
+                })?;
+            }
+        }
+        let (peer_qpn, remote) = (
+            res.rx_qp.qpn(),
+            res.target
+                .as_ref()
+                .map_or(Remote { addr: 0, rkey: 0 }, |m| m.remote()),
+        );
+        let n = u64::from(spec.depth).min(spec.count) as usize;
+        let mut txs = KVec::with_capacity(n, GFP_KERNEL)?;
+        for slot in 0..n {
+            let tx = Tx {
+                buf: DmaBuf::new(res.tx_qp.pd(), spec.size, GFP_KERNEL)?,
+                run: self.clone(),
+                qp: res.tx_qp.clone(),
+                ah: res.ah.clone(),
+                target: res.target.clone(),
+                remote,
+                peer_qpn,
+                slot,
+                seq: 0,
+                posted_ns: 0,
+            };
+            txs.push(Wr::new(tx, GFP_KERNEL)?, GFP_KERNEL)?;
+        }
+        drop(guard);
+        self.start_ns.store(now_ns(), Ordering::Relaxed);
+        self.inflight.store(n as u32, Ordering::Release);
+        for wr in txs {
+            post_next(wr);
+        }
+        Ok(())
+    }
+
+    /// Whether the send side has retired every request.
+    pub(crate) fn sender_done(&self) -> bool {
+        self.inflight.load(Ordering::Acquire) == 0
+    }
+
+    /// Whether the run still holds resources.
+    pub(crate) fn active(&self) -> bool {
+        self.res.lock().is_some()
+    }
+
+    /// Waits up to `ms` for the send side to finish; a `direct` run is polled meanwhile.
+    /// Process context.
+    pub(crate) fn wait_ended(&self, ms: u32) -> Result {
+        let mut waited = 0;
+        while !self.sender_done() {
+            if waited >= ms {
+                return Err(ETIMEDOUT);
+            }
+            if self.spec.poll == PollContext::Direct {
+                let polled = match self.res.lock().as_ref() {
+                    Some(res) => res.cq.poll_direct(64).unwrap_or(0),
+                    None => 0,
+                };
+                if polled == 0 {
+                    let _ = self.ended.wait_timeout(1);
+                    waited += 1;
+                }
+            } else {
+                let _ = self.ended.wait_timeout(100);
+                waited += 100;
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the run and frees what it holds (process context): stops posting, waits briefly
+    /// for receives still on their way, drains both QPs (every request comes back) and drops
+    /// the resources. Idempotent.
+    pub(crate) fn finish(&self) {
+        let Some(res) = self.res.lock().take() else {
+            return;
+        };
+        let stopped = !self.sender_done();
+        // Receives can complete a little after their sends; give them time when the run ended
+        // by itself (RC delivers everything; UD may lose).
+        if !stopped && self.spec.op.uses_recv() {
+            let limit = if self.spec.mode == QpType::Rc {
+                2000
+            } else {
+                200
+            };
+            let mut waited = 0;
+            while Stats::get(&self.stats.received) < Stats::get(&self.stats.messages)
+                && waited < limit
+            {
+                if self.spec.poll == PollContext::Direct {
+                    let _ = res.cq.poll_direct(64);
+                }
+                let _ = self.ended.wait_timeout(1);
+                waited += 1;
+            }
+        }
+        self.stopping.store(true, Ordering::SeqCst);
+        res.tx_qp.drain();
+        res.rx_qp.drain();
+        if self.end_ns.load(Ordering::Relaxed) == 0 {
+            self.end_ns.store(now_ns(), Ordering::Relaxed);
+        }
+        if self.spec.op.uses_recv() && !stopped {
+            let sent = Stats::get(&self.stats.messages);
+            let got = self.rx_expected.load(Ordering::Relaxed);
+            Stats::add(&self.stats.lost, sent.saturating_sub(got));
+        }
+        drop(res);
+    }
+
+    /// Makes the run stop: requests are no longer posted again. Any context.
+    pub(crate) fn stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+    }
+
+    /// Retires one send-side request.
+    fn retire(&self) {
+        if self.inflight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.end_ns.store(now_ns(), Ordering::Relaxed);
+            self.ended.complete_all();
+        }
+    }
+
+    fn error(&self, what: core::fmt::Arguments<'_>) {
+        // The first errors of a run are worth a line each; the counters have the rest.
+        if Stats::get(&self.stats.errors) < 4 {
+            pr_err!("run {}: {}\n", self.id, what);
+        }
+        Stats::add(&self.stats.errors, 1);
+    }
+}
+
+/// Registers `mr` for remote read and write through `qp`, waiting for the REG_MR completion
+/// (polling `cq` if it is a direct one).
+fn register(qp: &Qp<Rts>, cq: &Cq, mr: Mr) -> Result<Mr> {
+    let back = Arc::pin_init(
+        pin_init!(RegBack {
+            slot <- new_spinlock_bh!(None, "rdma_rust_ulp_reg"),
+            done <- Signal::new(),
+        }),
+        GFP_KERNEL,
+    )?;
+    let reg = Reg {
+        mr,
+        back: back.clone(),
+    };
+    qp.post_send(Wr::new(reg, GFP_KERNEL)?, |r, ops| {
+        ops.reg_mr(&r.mr, Access::REMOTE_READ | Access::REMOTE_WRITE)?;
+        Ok(())
+    })?;
+    // The QP is connected and the request local: it completes (or flushes) promptly.
+    let mut waited = 0;
+    while back.done.wait_timeout(1).is_err() {
+        if cq.poll_context() == PollContext::Direct {
+            let _ = cq.poll_direct(16);
+        }
+        waited += 1;
+        if waited == 10_000 {
+            pr_err!("REG_MR did not complete in 10 s\n");
+            // The request holds `back`, and `back` would hold the request: drain the QP so
+            // that it comes back now, then drop it.
+            qp.drain();
+            drop(back.slot.lock().take());
+            return Err(ETIMEDOUT);
+        }
+    }
+    let (wr, status) = back.slot.lock().take().ok_or(EIO)?;
+    let mr = wr.into_inner().mr;
+    if status != WcStatus::Success {
+        pr_err!("REG_MR completed with {:?}\n", status);
+        return Err(EIO);
+    }
+    Ok(mr)
+}
+
+/// Posts `wr` with the next sequence number, or retires it when the run is over. Any context.
+fn post_next(mut wr: Wr<Tx>) {
+    let run = wr.data().run.clone();
+    let qp = wr.data().qp.clone();
+    let spec = &run.spec;
+    let _order = run.post_lock.lock();
+    let seq = run.next_seq.load(Ordering::Relaxed);
+    if run.stopping.load(Ordering::Acquire) || seq >= spec.count {
+        drop(wr);
+        run.retire();
+        return;
+    }
+    run.next_seq.store(seq + 1, Ordering::Relaxed);
+    {
+        let t = wr.data_mut();
+        t.seq = seq;
+        if spec.validate && spec.op != Op::Read {
+            fill(t.buf.as_mut_slice(), run.id, seq, spec.op.uses_recv());
+        }
+        t.posted_ns = now_ns();
+    }
+    let size = spec.size;
+    let (op, mode) = (spec.op, spec.mode);
+    let posted = qp.post_send(wr, |t, ops| {
+        let at = t.remote.offset((t.slot * size) as u64);
+        match (mode, op) {
+            (QpType::Ud, _) => {
+                let ah = t.ah.as_deref().ok_or(EINVAL)?;
+                ops.send_ud(&t.buf, 0..size, ah, t.peer_qpn, QKEY)?;
+            }
+            (_, Op::Send) => {
+                ops.send(&t.buf, 0..size)?;
+            }
+            (_, Op::SendImm) => {
+                ops.send_imm(&t.buf, 0..size, t.seq as u32)?;
+            }
+            (_, Op::Write) => {
+                ops.write(&t.buf, 0..size, at)?;
+            }
+            (_, Op::Read) => {
+                ops.read(&t.buf, 0..size, at)?;
+            }
+        }
+        Ok(())
+    });
+    if let Err(e) = posted {
+        if e.err != ESHUTDOWN {
+            run.error(format_args!("post_send: {:?}", e.err));
+        }
+        drop(e.wr);
+        run.retire();
+    }
+}
+
+impl Completion for Tx {
+    fn done(wr: Wr<Self>, wc: &Wc) {
+        let t = wr.data();
+        let run = t.run.clone();
+        if run.stats.completion(wc.status()) {
+            run.error(format_args!(
+                "{} {} completed with {:?}",
+                crate::ctl::mode_name(run.spec.mode),
+                run.spec.op.name(),
+                wc.status()
+            ));
+            // An error moves an RC QP to the error state: the run cannot go on.
+            run.stop();
+        }
+        if !wc.is_ok() {
+            drop(wr);
+            run.retire();
+            return;
+        }
+        let lat = now_ns().saturating_sub(t.posted_ns);
+        run.stats.latency(lat.max(0) as u64);
+        Stats::add(&run.stats.messages, 1);
+        Stats::add(&run.stats.bytes, run.spec.size as u64);
+        if run.spec.validate {
+            let size = run.spec.size;
+            let ok = match run.spec.op {
+                Op::Write => t
+                    .target
+                    .as_ref()
+                    .and_then(|m| m.sg())
+                    .is_some_and(|sg| check_sg(sg, t.slot * size, size, t.seq)),
+                Op::Read => t
+                    .buf
+                    .as_slice()
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &b)| b == pattern(t.slot as u64, i)),
+                _ => true,
+            };
+            if !ok {
+                Stats::add(&run.stats.corrupt, 1);
+                run.error(format_args!(
+                    "{} of message {} does not match",
+                    run.spec.op.name(),
+                    t.seq
+                ));
+            }
+        }
+        post_next(wr);
+    }
+}
+
+impl Completion for Rx {
+    fn done(wr: Wr<Self>, wc: &Wc) {
+        let r = wr.data();
+        let run = r.run.clone();
+        if run.stats.completion(wc.status()) {
+            run.error(format_args!("receive completed with {:?}", wc.status()));
+            run.stop();
+        }
+        if !wc.is_ok() {
+            return;
+        }
+        Stats::add(&run.stats.received, 1);
+        let spec = &run.spec;
+        if spec.validate {
+            let skip = if spec.mode == QpType::Ud { GRH_LEN } else { 0 };
+            let len = (wc.byte_len() as usize).saturating_sub(skip);
+            let data = r.buf.as_slice().get(skip..skip + len).unwrap_or(&[]);
+            match check(data, run.id).filter(|_| len == spec.size) {
+                None => {
+                    Stats::add(&run.stats.corrupt, 1);
+                    run.error(format_args!("received a corrupt message ({len} bytes)"));
+                }
+                Some(seq) => {
+                    let seq = u64::from(seq);
+                    if spec.op == Op::SendImm && wc.imm_data() != Some(seq as u32) {
+                        Stats::add(&run.stats.corrupt, 1);
+                        run.error(format_args!("message {seq}: immediate {:?}", wc.imm_data()));
+                    }
+                    let want = run.rx_expected.load(Ordering::Relaxed);
+                    if seq >= want {
+                        Stats::add(&run.stats.lost, seq - want);
+                        run.rx_expected.store(seq + 1, Ordering::Relaxed);
+                    } else {
+                        Stats::add(&run.stats.dup, 1);
+                    }
+                }
+            }
+        } else {
+            run.rx_expected.fetch_add(1, Ordering::Relaxed);
+        }
+        if run.stopping.load(Ordering::Acquire) {
+            return;
+        }
+        let qp = r.qp.clone();
+        if let Err(e) = qp.post_recv(wr, |r, ops| {
+            ops.buf(&r.buf, 0..r.buf.len())?;
+            Ok(())
+        }) {
+            if e.err != ESHUTDOWN {
+                run.error(format_args!("post_recv: {:?}", e.err));
+            }
+        }
+    }
+}
