@@ -8,16 +8,91 @@
 //! - `stop id=N` / `stop all` stops runs and frees what they hold.
 //! - `wait id=N` / `wait all` waits until runs have ended, then frees what they hold.
 //! - `clear` forgets the statistics of ended runs.
+//! - `connect id=N peer=QPN:GID:PSN` connects the QP of an RC server run to its client.
+//! - `go id=N` starts the sends of a client run started with `hold=1`.
 //!
 //! Keys of `start`: `mode=rc|ud`, `op=send|send_imm|write|read`, `size=N` (bytes),
 //! `count=N` (messages), `depth=N` (requests in flight), `dev=NAME`,
-//! `poll=softirq|workqueue|direct`, `validate=0|1`, `wait=0|1`.
+//! `poll=softirq|workqueue|direct`, `validate=0|1`, `wait=0|1`,
+//! `role=loopback|server|client`, `peer=QPN:GID:PSN` (client), `hold=0|1` (client).
+//!
+//! A `loopback` run (the default) connects two QPs of the device. A run between two hosts is
+//! a `server` on one (it receives; its endpoint is listed in `stats`) and a `client` on the
+//! other, started with the server's endpoint; for RC the server is then connected to the
+//! client's endpoint, and the client (held until then) is let go.
 //!
 //! Parsing only checks syntax and ranges that do not depend on the device; the device's own
 //! limits are checked when the run is built. Every rejection says why in the kernel log.
 
 use kernel::prelude::*;
-use kernel::rdma::{cq::PollContext, qp::QpType};
+use kernel::rdma::{
+    cq::PollContext,
+    device::Gid,
+    qp::{Endpoint, QpType},
+};
+
+/// Which QPs of a run are on this host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// Both: two QPs of one device.
+    Loopback,
+    /// The receiving QP; the sender is on another host.
+    Server,
+    /// The sending QP; the receiver is on another host.
+    Client,
+}
+
+impl Role {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Role::Loopback => "loopback",
+            Role::Server => "server",
+            Role::Client => "client",
+        }
+    }
+}
+
+/// Shows an endpoint as `QPN:GID:PSN` (GID in 32 hex digits), the form `peer=` takes.
+pub(crate) struct ShowEndpoint(pub(crate) Endpoint);
+
+impl core::fmt::Display for ShowEndpoint {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}:", self.0.qpn)?;
+        for b in self.0.gid.0 {
+            write!(f, "{b:02x}")?;
+        }
+        write!(f, ":{}", self.0.psn)
+    }
+}
+
+fn hex(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// Parses `QPN:GID:PSN` (see [`ShowEndpoint`]).
+fn parse_endpoint(v: &[u8]) -> Option<Endpoint> {
+    let mut parts = v.split(|&c| c == b':');
+    let qpn = u32::try_from(parse_num(parts.next()?)?).ok()?;
+    let g = parts.next()?;
+    let psn = u32::try_from(parse_num(parts.next()?)?).ok()?;
+    if parts.next().is_some() || g.len() != 32 || qpn > 0xff_ffff || psn > 0xff_ffff {
+        return None;
+    }
+    let mut gid = [0u8; 16];
+    for (i, b) in gid.iter_mut().enumerate() {
+        *b = hex(g[2 * i])? << 4 | hex(g[2 * i + 1])?;
+    }
+    Some(Endpoint {
+        qpn,
+        gid: Gid(gid),
+        psn,
+    })
+}
 
 /// What a run sends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,6 +155,9 @@ pub(crate) struct Spec {
     pub(crate) poll: PollContext,
     pub(crate) validate: bool,
     pub(crate) wait: bool,
+    pub(crate) role: Role,
+    pub(crate) peer: Option<Endpoint>,
+    pub(crate) hold: bool,
 }
 
 impl Spec {
@@ -102,6 +180,8 @@ pub(crate) enum Command {
     Stop(Target),
     Wait(Target),
     Clear,
+    Connect(u32, Endpoint),
+    Go(u32),
 }
 
 /// Defaults of a run (the module parameters, checked at load).
@@ -205,10 +285,11 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
             }
             return Ok(Command::Clear);
         }
+        b"connect" | b"go" => return parse_connect_go(cmd, &mut words),
         b"start" => {}
         _ => {
             return Err(bad(format_args!(
-                "unknown command '{}' (start, stop, wait, clear)",
+                "unknown command '{}' (start, stop, wait, clear, connect, go)",
                 Show(cmd)
             )))
         }
@@ -224,6 +305,9 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
         poll: d.poll,
         validate: true,
         wait: false,
+        role: Role::Loopback,
+        peer: None,
+        hold: false,
     };
     for w in words {
         let Some(eq) = w.iter().position(|&c| c == b'=') else {
@@ -288,6 +372,25 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
             }
             b"validate" => s.validate = flag()?,
             b"wait" => s.wait = flag()?,
+            b"hold" => s.hold = flag()?,
+            b"role" => {
+                s.role = match v {
+                    b"loopback" => Role::Loopback,
+                    b"server" => Role::Server,
+                    b"client" => Role::Client,
+                    _ => {
+                        return Err(bad(format_args!(
+                            "start: role={} (loopback, server or client)",
+                            Show(v)
+                        )))
+                    }
+                }
+            }
+            b"peer" => {
+                s.peer = Some(parse_endpoint(v).ok_or_else(|| {
+                    bad(format_args!("start: peer={} is not QPN:GID:PSN", Show(v)))
+                })?)
+            }
             _ => return Err(bad(format_args!("start: unknown key '{}'", Show(k)))),
         }
     }
@@ -300,6 +403,25 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
             s.op.name()
         )));
     }
+    if (s.role == Role::Client) != s.peer.is_some() {
+        return Err(bad(format_args!(
+            "start: peer= is for role=client, which needs it"
+        )));
+    }
+    if s.role != Role::Loopback && s.poll == PollContext::Direct {
+        return Err(bad(format_args!(
+            "start: poll=direct is for role=loopback (the writer polls until the run ends)"
+        )));
+    }
+    if s.hold && s.role != Role::Client {
+        return Err(bad(format_args!("start: hold=1 is for role=client")));
+    }
+    if s.role != Role::Loopback && !s.op.uses_recv() {
+        return Err(bad(format_args!(
+            "start: role={} runs send or send_imm",
+            s.role.name()
+        )));
+    }
     if s.validate && s.op.uses_recv() && s.size < crate::run::HEADER {
         return Err(bad(format_args!(
             "start: validate=1 needs size>={} (sequence header)",
@@ -307,4 +429,31 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
         )));
     }
     Ok(Command::Start(s))
+}
+
+fn parse_connect_go(cmd: &[u8], words: &mut dyn Iterator<Item = &[u8]>) -> Result<Command> {
+    let name = if cmd == b"go" { "go" } else { "connect" };
+    let mut id = None;
+    let mut peer = None;
+    for w in words {
+        if let Some(v) = w.strip_prefix(b"id=") {
+            id = Some(
+                parse_num(v)
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or_else(|| bad(format_args!("{name}: bad run id '{}'", Show(v))))?,
+            );
+        } else if let (Some(v), "connect") = (w.strip_prefix(b"peer="), name) {
+            peer = Some(parse_endpoint(v).ok_or_else(|| {
+                bad(format_args!("connect: peer={} is not QPN:GID:PSN", Show(v)))
+            })?);
+        } else {
+            return Err(bad(format_args!("{name}: unexpected '{}'", Show(w))));
+        }
+    }
+    let id = id.ok_or_else(|| bad(format_args!("{name}: id= is required")))?;
+    match (name, peer) {
+        ("go", _) => Ok(Command::Go(id)),
+        (_, Some(p)) => Ok(Command::Connect(id, p)),
+        _ => Err(bad(format_args!("connect: peer= is required"))),
+    }
 }

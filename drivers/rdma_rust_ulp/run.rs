@@ -16,7 +16,7 @@
 //! freed in process context by [`Run::finish`] (`wait`, `stop`, the next `start`, device
 //! removal, module unload), which drains both QPs first so that every request comes back.
 
-use crate::ctl::{Op, Spec};
+use crate::ctl::{Op, Role, Spec};
 use crate::stats::Stats;
 use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use kernel::prelude::*;
@@ -27,7 +27,7 @@ use kernel::rdma::{
     dma::{DmaBuf, DmaSg, MAX_BUF, MAX_SG_PAGES},
     mr::Mr,
     pd::Pd,
-    qp::{Access, Qp, QpCaps, QpType, RcParams, Rts},
+    qp::{Access, Endpoint, Init, Qp, QpCaps, QpType, RcParams, Rts},
     sync::{Completion as Signal, SpinLockBh},
     wr::{Completion, Remote, Wr, GRH_LEN},
 };
@@ -98,10 +98,16 @@ fn check_sg(sg: &DmaSg, off: usize, len: usize, seq: u64) -> bool {
     true
 }
 
-/// What a run holds on the device; dropped in process context once both QPs are drained.
+/// What a run holds on the device; dropped in process context once its QPs are drained.
 struct Res {
-    tx_qp: Arc<Qp<Rts>>,
-    rx_qp: Arc<Qp<Rts>>,
+    /// The sending QP (loopback and client runs).
+    tx_qp: Option<Arc<Qp<Rts>>>,
+    /// The receiving QP (loopback and server runs; an RC server's once it is connected).
+    rx_qp: Option<Arc<Qp<Rts>>>,
+    /// An RC server's QP until `connect`.
+    unconnected: Option<Qp<Init>>,
+    /// A client's sends, held until `go`.
+    held: KVec<Wr<Tx>>,
     target: Option<Arc<Mr>>,
     ah: Option<Arc<Ah>>,
     cq: Arc<Cq>,
@@ -123,6 +129,8 @@ pub(crate) struct Run {
     rx_expected: AtomicU64,
     pub(crate) start_ns: AtomicI64,
     pub(crate) end_ns: AtomicI64,
+    /// This host's QP of a server or client run, for the peer.
+    pub(crate) endpoint: Option<Endpoint>,
     /// Serialises "take a sequence number, post": the post order is the sequence order.
     #[pin]
     post_lock: SpinLockBh<()>,
@@ -236,28 +244,55 @@ impl Run {
             recv_depth: rx_depth,
             ..QpCaps::default()
         };
-        let (tx_qp, rx_qp, ah) = match spec.mode {
-            QpType::Rc => {
-                let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
-                let a = Qp::new(&pd, QpType::Rc, &cq, &cq, &tx_caps)?.to_init(PORT, access)?;
-                let b = Qp::new(&pd, QpType::Rc, &cq, &cq, &rx_caps)?.to_init(PORT, access)?;
-                let (ea, eb) = (a.endpoint()?, b.endpoint()?);
-                let p = RcParams::default();
-                (a.connect(&eb, &p)?, b.connect(&ea, &p)?, None)
-            }
-            QpType::Ud => {
-                let a = Qp::new(&pd, QpType::Ud, &cq, &cq, &tx_caps)?
-                    .to_init_ud(PORT, QKEY)?
-                    .ready_ud()?;
-                let b = Qp::new(&pd, QpType::Ud, &cq, &cq, &rx_caps)?
-                    .to_init_ud(PORT, QKEY)?
-                    .ready_ud()?;
-                let ah = Ah::new(&pd, PORT, &b.endpoint()?.gid)?;
-                (a, b, Some(ah))
-            }
+        let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+        let p = RcParams::default();
+        let rc = |caps: &QpCaps| -> Result<Qp<Init>> {
+            Qp::new(&pd, QpType::Rc, &cq, &cq, caps)?.to_init(PORT, access)
         };
-        let tx_qp = Arc::new(tx_qp, GFP_KERNEL)?;
-        let rx_qp = Arc::new(rx_qp, GFP_KERNEL)?;
+        let ud = |caps: &QpCaps| -> Result<Qp<Rts>> {
+            Qp::new(&pd, QpType::Ud, &cq, &cq, caps)?
+                .to_init_ud(PORT, QKEY)?
+                .ready_ud()
+        };
+        let arc = |q: Qp<Rts>| Arc::new(q, GFP_KERNEL);
+        let (mut tx_qp, mut rx_qp, mut unconnected, mut ah, mut endpoint) =
+            (None, None, None, None, None);
+        match (spec.mode, spec.role, spec.peer) {
+            (QpType::Rc, Role::Loopback, _) => {
+                let (a, b) = (rc(&tx_caps)?, rc(&rx_caps)?);
+                let (ea, eb) = (a.endpoint()?, b.endpoint()?);
+                tx_qp = Some(arc(a.connect(&eb, &p)?)?);
+                rx_qp = Some(arc(b.connect(&ea, &p)?)?);
+            }
+            (QpType::Ud, Role::Loopback, _) => {
+                let (a, b) = (ud(&tx_caps)?, ud(&rx_caps)?);
+                ah = Some(Ah::new(&pd, PORT, &b.endpoint()?.gid)?);
+                tx_qp = Some(arc(a)?);
+                rx_qp = Some(arc(b)?);
+            }
+            (QpType::Rc, Role::Server, _) => {
+                let b = rc(&rx_caps)?;
+                endpoint = Some(b.endpoint()?);
+                unconnected = Some(b);
+            }
+            (QpType::Ud, Role::Server, _) => {
+                let b = ud(&rx_caps)?;
+                endpoint = Some(b.endpoint()?);
+                rx_qp = Some(arc(b)?);
+            }
+            (QpType::Rc, Role::Client, Some(peer)) => {
+                let a = rc(&tx_caps)?;
+                endpoint = Some(a.endpoint()?);
+                tx_qp = Some(arc(a.connect(&peer, &p)?)?);
+            }
+            (QpType::Ud, Role::Client, Some(peer)) => {
+                let a = ud(&tx_caps)?;
+                endpoint = Some(a.endpoint()?);
+                ah = Some(Ah::new(&pd, PORT, &peer.gid)?);
+                tx_qp = Some(arc(a)?);
+            }
+            (_, Role::Client, None) => return Err(EINVAL),
+        }
         let target = if rdma {
             let mut sg = DmaSg::new(&pd, target_pages)?;
             if spec.op == Op::Read {
@@ -272,13 +307,16 @@ impl Run {
             }
             let mut mr = Mr::new(&pd, target_pages as u32)?;
             mr.map_sg(sg).map_err(|(e, _)| e)?;
-            Some(Arc::new(register(&rx_qp, &cq, mr)?, GFP_KERNEL)?)
+            let qp = rx_qp.as_ref().ok_or(EINVAL)?;
+            Some(Arc::new(register(qp, &cq, mr)?, GFP_KERNEL)?)
         } else {
             None
         };
         let res = Res {
             tx_qp,
             rx_qp,
+            unconnected,
+            held: KVec::new(),
             target,
             ah,
             cq,
@@ -295,6 +333,7 @@ impl Run {
                 rx_expected: AtomicU64::new(0),
                 start_ns: AtomicI64::new(0),
                 end_ns: AtomicI64::new(0),
+                endpoint,
                 post_lock <- new_spinlock_bh!((), "rdma_rust_ulp_post"),
                 ended <- Signal::new(),
                 res <- new_mutex!(Some(res), "rdma_rust_ulp_res"),
@@ -303,38 +342,40 @@ impl Run {
         )
     }
 
-    /// Posts the receives and the first `depth` sends. Process context.
+    /// Posts the receives and the first `depth` sends (a held client's are kept for
+    /// [`Run::release`]; an RC server posts its receives at [`Run::connect`]). Process context.
     pub(crate) fn go(self: &Arc<Self>) -> Result {
-        let guard = self.res.lock();
-        let res = guard.as_ref().ok_or(ESHUTDOWN)?;
+        let mut guard = self.res.lock();
+        let res = guard.as_mut().ok_or(ESHUTDOWN)?;
         let spec = &self.spec;
-        if spec.op.uses_recv() {
-            let extra = if spec.mode == QpType::Ud { GRH_LEN } else { 0 };
-            for _ in 0..2 * spec.depth {
-                let rx = Rx {
-                    buf: DmaBuf::new(res.rx_qp.pd(), spec.size + extra, GFP_KERNEL)?,
-                    run: self.clone(),
-                    qp: res.rx_qp.clone(),
-                };
-                res.rx_qp.post_recv(Wr::new(rx, GFP_KERNEL)?, |r, ops| {
-                    ops.buf(&r.buf, 0..r.buf.len())?;
-                    Ok(())
-                })?;
-            }
+        if let Some(rx_qp) = &res.rx_qp {
+            self.post_receives(rx_qp)?;
         }
-        let (peer_qpn, remote) = (
-            res.rx_qp.qpn(),
-            res.target
-                .as_ref()
-                .map_or(Remote { addr: 0, rkey: 0 }, |m| m.remote()),
-        );
+        self.start_ns.store(now_ns(), Ordering::Relaxed);
+        if spec.role == Role::Server {
+            // The "send side" of a server is its count of receives: it ends with the last.
+            self.inflight.store(1, Ordering::Release);
+            return Ok(());
+        }
+        let Some(tx_qp) = &res.tx_qp else {
+            return Err(EINVAL);
+        };
+        let peer_qpn = match (&res.rx_qp, spec.peer) {
+            (Some(q), _) => q.qpn(),
+            (None, Some(p)) => p.qpn,
+            (None, None) => 0,
+        };
+        let remote = res
+            .target
+            .as_ref()
+            .map_or(Remote { addr: 0, rkey: 0 }, |m| m.remote());
         let n = u64::from(spec.depth).min(spec.count) as usize;
         let mut txs = KVec::with_capacity(n, GFP_KERNEL)?;
         for slot in 0..n {
             let tx = Tx {
-                buf: DmaBuf::new(res.tx_qp.pd(), spec.size, GFP_KERNEL)?,
+                buf: DmaBuf::new(tx_qp.pd(), spec.size, GFP_KERNEL)?,
                 run: self.clone(),
-                qp: res.tx_qp.clone(),
+                qp: tx_qp.clone(),
                 ah: res.ah.clone(),
                 target: res.target.clone(),
                 remote,
@@ -345,10 +386,63 @@ impl Run {
             };
             txs.push(Wr::new(tx, GFP_KERNEL)?, GFP_KERNEL)?;
         }
-        drop(guard);
-        self.start_ns.store(now_ns(), Ordering::Relaxed);
         self.inflight.store(n as u32, Ordering::Release);
+        if spec.hold {
+            res.held = txs;
+            return Ok(());
+        }
+        drop(guard);
         for wr in txs {
+            post_next(wr);
+        }
+        Ok(())
+    }
+
+    fn post_receives(self: &Arc<Self>, rx_qp: &Arc<Qp<Rts>>) -> Result {
+        let spec = &self.spec;
+        if !spec.op.uses_recv() {
+            return Ok(());
+        }
+        let extra = if spec.mode == QpType::Ud { GRH_LEN } else { 0 };
+        for _ in 0..2 * spec.depth {
+            let rx = Rx {
+                buf: DmaBuf::new(rx_qp.pd(), spec.size + extra, GFP_KERNEL)?,
+                run: self.clone(),
+                qp: rx_qp.clone(),
+            };
+            rx_qp.post_recv(Wr::new(rx, GFP_KERNEL)?, |r, ops| {
+                ops.buf(&r.buf, 0..r.buf.len())?;
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Connects an RC server's QP to the client's `peer` and posts its receives.
+    pub(crate) fn connect(self: &Arc<Self>, peer: &Endpoint) -> Result {
+        let mut guard = self.res.lock();
+        let res = guard.as_mut().ok_or(ESHUTDOWN)?;
+        let Some(qp) = res.unconnected.take() else {
+            pr_err!("connect: run {} is not an unconnected RC server\n", self.id);
+            return Err(EINVAL);
+        };
+        let qp = Arc::new(qp.connect(peer, &RcParams::default())?, GFP_KERNEL)?;
+        res.rx_qp = Some(qp.clone());
+        self.post_receives(&qp)
+    }
+
+    /// Lets a client started with `hold=1` send.
+    pub(crate) fn release(&self) -> Result {
+        let held = match self.res.lock().as_mut() {
+            Some(res) => core::mem::take(&mut res.held),
+            None => return Err(ESHUTDOWN),
+        };
+        if held.is_empty() {
+            pr_err!("go: run {} holds no sends\n", self.id);
+            return Err(EINVAL);
+        }
+        self.start_ns.store(now_ns(), Ordering::Relaxed);
+        for wr in held {
             post_next(wr);
         }
         Ok(())
@@ -399,7 +493,7 @@ impl Run {
         let stopped = !self.sender_done();
         // Receives can complete a little after their sends; give them time when the run ended
         // by itself (RC delivers everything; UD may lose).
-        if !stopped && self.spec.op.uses_recv() {
+        if !stopped && self.spec.op.uses_recv() && self.spec.role == Role::Loopback {
             let limit = if self.spec.mode == QpType::Rc {
                 2000
             } else {
@@ -417,17 +511,27 @@ impl Run {
             }
         }
         self.stopping.store(true, Ordering::SeqCst);
-        res.tx_qp.drain();
-        res.rx_qp.drain();
+        for qp in [&res.tx_qp, &res.rx_qp].into_iter().flatten() {
+            qp.drain();
+        }
+        // Held sends were never posted: they go with the run.
+        drop(res.held);
         if self.end_ns.load(Ordering::Relaxed) == 0 {
             self.end_ns.store(now_ns(), Ordering::Relaxed);
         }
-        if self.spec.op.uses_recv() && !stopped {
+        if self.spec.op.uses_recv() && !stopped && self.spec.role == Role::Loopback {
             let sent = Stats::get(&self.stats.messages);
             let got = self.rx_expected.load(Ordering::Relaxed);
             Stats::add(&self.stats.lost, sent.saturating_sub(got));
         }
-        drop(res);
+        drop((
+            res.tx_qp,
+            res.rx_qp,
+            res.unconnected,
+            res.target,
+            res.ah,
+            res.cq,
+        ));
     }
 
     /// Makes the run stop: requests are no longer posted again. Any context.
@@ -612,8 +716,11 @@ impl Completion for Rx {
         if !wc.is_ok() {
             return;
         }
-        Stats::add(&run.stats.received, 1);
+        let received = run.stats.received.fetch_add(1, Ordering::Relaxed) + 1;
         let spec = &run.spec;
+        if spec.role == Role::Server && received == spec.count {
+            run.retire();
+        }
         if spec.validate {
             let skip = if spec.mode == QpType::Ud { GRH_LEN } else { 0 };
             let len = (wc.byte_len() as usize).saturating_sub(skip);

@@ -24,7 +24,7 @@ mod ctl;
 mod run;
 mod stats;
 
-use ctl::{Command, Defaults, Show, Spec, Target};
+use ctl::{Command, Defaults, Role, Show, ShowEndpoint, Spec, Target};
 use run::Run;
 
 module! {
@@ -303,6 +303,13 @@ impl Ulp {
         Ok(out)
     }
 
+    fn one(&self, id: u32) -> Result<Arc<Run>> {
+        self.runs_of(Target::Id(id))?
+            .into_iter()
+            .next()
+            .ok_or(EINVAL)
+    }
+
     /// Frees what ended runs still hold.
     fn reap(&self) -> Result {
         for r in self.all_runs()? {
@@ -363,8 +370,9 @@ impl Ulp {
             }
         }
         pr_info!(
-            "run {id} started: {} mode={} op={} size={} count={} depth={} poll={} validate={}\n",
+            "run {id} started: {} role={} mode={} op={} size={} count={} depth={} poll={} validate={}\n",
             ud.name,
+            spec.role.name(),
             ctl::mode_name(spec.mode),
             spec.op.name(),
             spec.size,
@@ -374,6 +382,9 @@ impl Ulp {
             u8::from(spec.validate)
         );
         // A direct run makes progress only while someone polls its CQ: the writer does.
+        if let Some(e) = run.endpoint {
+            pr_info!("run {id} endpoint {}\n", ShowEndpoint(e));
+        }
         if spec.wait || spec.poll == kernel::rdma::cq::PollContext::Direct {
             let r = run.wait_ended(WAIT_MS);
             run.finish();
@@ -402,6 +413,8 @@ impl Ulp {
                 }
                 Ok(())
             }
+            Command::Connect(id, peer) => self.one(id)?.connect(&peer),
+            Command::Go(id) => self.one(id)?.release(),
             Command::Clear => {
                 for d in self.devices.lock().iter().flatten() {
                     let mut r = d.runs.lock();
@@ -507,6 +520,21 @@ fn stats_text(u: &Ulp, t: &mut Text) -> core::fmt::Result {
                 lmax,
                 elapsed_ns / 1000
             )?;
+        }
+    }
+    // Server and client runs: this host's QP, for the peer's `peer=`.
+    for d in u.devices.lock().iter().flatten() {
+        for r in d.runs.lock().runs.iter() {
+            if let (Some(e), true) = (r.endpoint, r.spec.role != Role::Loopback) {
+                writeln!(
+                    t,
+                    "endpoint {} {} {} {}",
+                    r.id,
+                    d.name,
+                    r.spec.role.name(),
+                    ShowEndpoint(e)
+                )?;
+            }
         }
     }
     Ok(())

@@ -74,10 +74,10 @@ suite_end() {
 # --- helpers ------------------------------------------------------------------
 # wait_for SECONDS COMMAND...: retry COMMAND every 0.2 s until it succeeds.
 wait_for() {
-	n=$(($1 * 5)); shift
-	while [ $n -gt 0 ]; do
+	local tries=$(($1 * 5)); shift
+	while [ $tries -gt 0 ]; do
 		"$@" > /dev/null 2>&1 && return 0
-		sleep 0.2; n=$((n - 1))
+		sleep 0.2; tries=$((tries - 1))
 	done
 	return 1
 }
@@ -215,7 +215,9 @@ ulp_stat() {
 		'NR == 1 { for (i = 1; i <= NF; i++) h[$i] = i; next } $1 == id { print $(h[col]) }' \
 		$ULP/stats
 }
-ulp_last_id() { awk 'NR > 1 && $1 > m { m = $1 } END { print m + 0 }' $ULP/stats; }
+ulp_last_id() { awk 'NR > 1 && $1 ~ /^[0-9]+$/ && $1 + 0 > m { m = $1 + 0 } END { print m + 0 }' $ULP/stats; }
+# ulp_endpoint ID: this host's QP of a server or client run, as peer= takes it
+ulp_endpoint() { awk -v id="$1" '$1 == "endpoint" && $2 == id { print $5 }' $ULP/stats; }
 ulp_row() { awk -v id="$1" 'NR == 1 || $1 == id' $ULP/stats; }
 # ulp_clean ID COUNT RECV: run ID is done and moved COUNT messages with no error,
 # loss, duplicate or corruption (and received them all if RECV is 1)
@@ -423,6 +425,79 @@ setup_peer() {
 	load_rxe && add_rxe rxe0 eth0
 }
 
+# --- rdma_rust_ulp between the two guests: b runs the servers, a the clients;
+# endpoints (QPN:GID:PSN) travel over TCP with nc.
+ULP_PEER_COUNT=100
+# nc_send HOST PORT TEXT: hand TEXT to the listener on HOST:PORT (retried for 120 s)
+nc_send() {
+	local i
+	for i in $(seq 1 240); do
+		echo "$3" | timeout 10 nc "$1" "$2" 2>/dev/null && return 0
+		sleep 0.5
+	done
+	return 1
+}
+# nc_recv PORT: what one sender hands to PORT (waits up to 180 s)
+nc_recv() { timeout 180 nc -l -p "$1" < /dev/null; }
+# ulp_server_clean ID COUNT: a server run received COUNT messages, all intact
+ulp_server_clean() {
+	ulp_row "$1"
+	[ "$(ulp_stat "$1" state)" = done ] && [ "$(ulp_stat "$1" received)" = "$2" ] &&
+		[ "$(ulp_stat "$1" errors)" = 0 ] && [ "$(ulp_stat "$1" lost)" = 0 ] &&
+		[ "$(ulp_stat "$1" dup)" = 0 ] && [ "$(ulp_stat "$1" corrupt)" = 0 ]
+}
+
+ulp_peer_rc_client() {
+	local eb ea id n=$ULP_PEER_COUNT
+	eb=$(nc_recv 5001); [ -n "$eb" ] || { echo "no endpoint from the server"; return 1; }
+	echo "server endpoint $eb"
+	ulp_ctl start role=client dev=rxe0 mode=rc op=send size=4096 count=$n peer="$eb" hold=1 || return 1
+	id=$(ulp_last_id); ea=$(ulp_endpoint "$id")
+	nc_send 10.88.0.2 5002 "$ea" || { echo "the server did not take our endpoint"; return 1; }
+	[ "$(nc_recv 5003)" = ready ] || { echo "the server did not connect"; return 1; }
+	ulp_ctl go id="$id" && ulp_ctl wait id="$id" || return 1
+	ulp_clean "$id" "$n" 0
+}
+
+ulp_peer_ud_client() {
+	local eb id n=$ULP_PEER_COUNT
+	eb=$(nc_recv 5004); [ -n "$eb" ] || { echo "no endpoint from the server"; return 1; }
+	ulp_ctl start role=client dev=rxe0 mode=ud op=send size=1024 count=$n peer="$eb" wait=1 || return 1
+	id=$(ulp_last_id)
+	nc_send 10.88.0.2 5005 done
+	ulp_clean "$id" "$n" 0
+}
+
+ulp_peer_rc_server() {
+	local eb ea id n=$ULP_PEER_COUNT
+	ulp_ctl start role=server dev=rxe0 mode=rc op=send size=4096 count=$n || return 1
+	id=$(ulp_last_id); eb=$(ulp_endpoint "$id")
+	nc_send 10.88.0.1 5001 "$eb" || { echo "the client did not take our endpoint"; return 1; }
+	ea=$(nc_recv 5002); [ -n "$ea" ] || { echo "no endpoint from the client"; return 1; }
+	echo "client endpoint $ea"
+	ulp_ctl connect id="$id" peer="$ea" || return 1
+	nc_send 10.88.0.1 5003 ready || return 1
+	ulp_ctl wait id="$id" || return 1
+	ulp_server_clean "$id" "$n"
+}
+
+# UD may drop datagrams: what did not arrive is counted, not hidden.
+ulp_peer_ud_server() {
+	local eb id got n=$ULP_PEER_COUNT
+	ulp_ctl start role=server dev=rxe0 mode=ud op=send size=1024 count=$n || return 1
+	id=$(ulp_last_id); eb=$(ulp_endpoint "$id")
+	nc_send 10.88.0.1 5004 "$eb" || { echo "the client did not take our endpoint"; return 1; }
+	[ "$(nc_recv 5005)" = done ] || { echo "the client did not finish"; return 1; }
+	wait_for 10 ulp_has "$id" received "$n"
+	got=$(ulp_stat "$id" received)
+	[ "$got" = "$n" ] || ulp_ctl stop id="$id"
+	ulp_row "$id"
+	echo "UD between the guests: $got of $n datagrams arrived"
+	kmsg "rdmatest: ULP UD between the guests: $got of $n datagrams arrived"
+	[ "$got" -gt 0 ] && [ "$(ulp_stat "$id" corrupt)" = 0 ] &&
+		[ "$(ulp_stat "$id" dup)" = 0 ] && [ "$(ulp_stat "$id" errors)" = 0 ]
+}
+
 mode_peer_a() {
 	suite_begin rdma_peer_a
 	check rxe0_on_eth0 setup_peer 10.88.0.1
@@ -430,6 +505,11 @@ mode_peer_a() {
 	# One connection: the client's run; -V verifies every payload.
 	check rping_server timeout 240 rping -s -a 10.88.0.1 -C "$count" -S "$size" -V
 	kmsg "rdmatest: peer-a rxe0 counters: $(counters rxe0)"
+	check ulp_insmod insmod /lib/modules/extra/rdma_rust_ulp.ko
+	check ulp_rc_client_to_peer ulp_peer_rc_client
+	check ulp_ud_client_to_peer ulp_peer_ud_client
+	cat $ULP/stats | while IFS= read -r l; do kmsg "rdmatest: peer-a: $l"; done
+	check ulp_rmmod timeout 30 rmmod rdma_rust_ulp
 	suite_end
 }
 
@@ -458,6 +538,11 @@ mode_peer_b() {
 	fi
 	kmsg "rdmatest: peer-b rxe0 counters: $(counters rxe0)"
 	kmsg "rdmatest: rping $count x $size B to the peer took $ms ms ($(( ms * 1000 / count )) us per round trip); ping: $(cat /tmp/ping)"
+	check ulp_insmod insmod /lib/modules/extra/rdma_rust_ulp.ko
+	check ulp_rc_server_from_peer ulp_peer_rc_server
+	check ulp_ud_server_from_peer ulp_peer_ud_server
+	cat $ULP/stats | while IFS= read -r l; do kmsg "rdmatest: peer-b: $l"; done
+	check ulp_rmmod timeout 30 rmmod rdma_rust_ulp
 	suite_end
 }
 
