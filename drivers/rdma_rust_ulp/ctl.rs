@@ -397,9 +397,9 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
     if s.dev_len == 0 {
         return Err(bad(format_args!("start: dev= is required")));
     }
-    if s.mode == QpType::Ud && s.op != Op::Send {
+    if s.mode == QpType::Ud && !s.op.uses_recv() {
         return Err(bad(format_args!(
-            "start: op={} needs mode=rc (UD runs send datagrams only)",
+            "start: op={} needs mode=rc (UD has no RDMA)",
             s.op.name()
         )));
     }

@@ -625,6 +625,10 @@ fn post_next(mut wr: Wr<Tx>) {
     let posted = qp.post_send(wr, |t, ops| {
         let at = t.remote.offset((t.slot * size) as u64);
         match (mode, op) {
+            (QpType::Ud, Op::SendImm) => {
+                let ah = t.ah.as_deref().ok_or(EINVAL)?;
+                ops.send_ud_imm(&t.buf, 0..size, ah, t.peer_qpn, QKEY, t.seq as u32)?;
+            }
             (QpType::Ud, _) => {
                 let ah = t.ah.as_deref().ok_or(EINVAL)?;
                 ops.send_ud(&t.buf, 0..size, ah, t.peer_qpn, QKEY)?;

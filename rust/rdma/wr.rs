@@ -455,12 +455,53 @@ impl<'a> SendOps<'a> {
         qpn: u32,
         qkey: u32,
     ) -> Result<&mut Self> {
-        let wr = self.push(bindings::ib_wr_opcode_IB_WR_SEND, Some(buf.sge(range)?))?;
+        self.ud(bindings::ib_wr_opcode_IB_WR_SEND, buf, range, ah, qpn, qkey)?;
+        Ok(self)
+    }
+
+    /// UD: [`SendOps::send_ud`] with 32 bits of immediate data, delivered in the receiver's
+    /// [`Wc::imm_data`].
+    pub fn send_ud_imm(
+        &mut self,
+        buf: &'a DmaBuf,
+        range: Range<usize>,
+        ah: &'a Ah,
+        qpn: u32,
+        qkey: u32,
+        imm: u32,
+    ) -> Result<&mut Self> {
+        let wr = self.ud(
+            bindings::ib_wr_opcode_IB_WR_SEND_WITH_IMM,
+            buf,
+            range,
+            ah,
+            qpn,
+            qkey,
+        )?;
+        wr.send.ex.imm_data = imm.to_be();
+        Ok(self)
+    }
+
+    fn ud(
+        &mut self,
+        op: bindings::ib_wr_opcode,
+        buf: &'a DmaBuf,
+        range: Range<usize>,
+        ah: &'a Ah,
+        qpn: u32,
+        qkey: u32,
+    ) -> Result<&mut RawSendWr> {
+        let sge = buf.sge(range)?;
+        if self.n >= MAX_OPS {
+            return Err(EINVAL);
+        }
+        // Counted before `push` borrows `self`; `push` cannot fail past the check above.
+        self.ud_ops += 1;
+        let wr = self.push(op, Some(sge))?;
         wr.ud.ah = ah.as_raw();
         wr.ud.remote_qpn = qpn;
         wr.ud.remote_qkey = qkey;
-        self.ud_ops += 1;
-        Ok(self)
+        Ok(wr)
     }
 
     fn rdma(
