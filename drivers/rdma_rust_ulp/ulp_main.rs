@@ -464,10 +464,10 @@ fn stats_text(u: &Ulp, t: &mut Text) -> core::fmt::Result {
     use stats::Stats as S;
     writeln!(
         t,
-        "{:>3} {:<8} {:<4} {:<8} {:>7} {:>9} {:>5} {:<9} {:>3} {:<7} {:>9} {:>11} {:>9} {:>6} {:>5} {:>5} {:>7} {:>6} {:>8} {:>9} {:>9} {:>9} {:>10} {:>10}",
+        "{:>3} {:<8} {:<4} {:<8} {:>7} {:>9} {:>5} {:<9} {:>3} {:<7} {:>9} {:>11} {:>9} {:>6} {:>5} {:>5} {:>7} {:>9} {:>8} {:>6} {:>8} {:>9} {:>9} {:>9} {:>10} {:>10}",
         "id", "dev", "mode", "op", "size", "count", "depth", "poll", "val", "state", "messages",
-        "bytes", "received", "errors", "lost", "dup", "corrupt", "flush", "MB/s", "lat_min",
-        "lat_p50", "lat_p99", "lat_max", "elapsed_us"
+        "bytes", "received", "errors", "lost", "dup", "corrupt", "wc_ok", "wc_flush", "wc_err",
+        "MB/s", "lat_min", "lat_p50", "lat_p99", "lat_max", "elapsed_us"
     )?;
     for d in u.devices.lock().iter().flatten() {
         for r in d.runs.lock().runs.iter() {
@@ -493,7 +493,7 @@ fn stats_text(u: &Ulp, t: &mut Text) -> core::fmt::Result {
             let [lmin, l50, l99, lmax] = s.latencies();
             writeln!(
                 t,
-                "{:>3} {:<8} {:<4} {:<8} {:>7} {:>9} {:>5} {:<9} {:>3} {:<7} {:>9} {:>11} {:>9} {:>6} {:>5} {:>5} {:>7} {:>6} {:>6}.{} {:>9} {:>9} {:>9} {:>10} {:>10}",
+                "{:>3} {:<8} {:<4} {:<8} {:>7} {:>9} {:>5} {:<9} {:>3} {:<7} {:>9} {:>11} {:>9} {:>6} {:>5} {:>5} {:>7} {:>9} {:>8} {:>6} {:>6}.{} {:>9} {:>9} {:>9} {:>10} {:>10}",
                 r.id,
                 d.name,
                 ctl::mode_name(r.spec.mode),
@@ -511,7 +511,9 @@ fn stats_text(u: &Ulp, t: &mut Text) -> core::fmt::Result {
                 S::get(&s.lost),
                 S::get(&s.dup),
                 S::get(&s.corrupt),
+                S::get(&s.wc_success),
                 S::get(&s.wc_flush),
+                S::get(&s.wc_error),
                 mbps10 / 10,
                 mbps10 % 10,
                 lmin,
@@ -521,6 +523,29 @@ fn stats_text(u: &Ulp, t: &mut Text) -> core::fmt::Result {
                 elapsed_ns / 1000
             )?;
         }
+    }
+    // Per device: the sums over the runs listed.
+    for d in u.devices.lock().iter().flatten() {
+        let runs = d.runs.lock();
+        let sum = |f: fn(&stats::Stats) -> &core::sync::atomic::AtomicU64| -> u64 {
+            runs.runs.iter().map(|r| S::get(f(&r.stats))).sum()
+        };
+        writeln!(
+            t,
+            "device {} runs={} messages={} bytes={} received={} errors={} lost={} dup={} corrupt={} wc_ok={} wc_flush={} wc_err={}",
+            d.name,
+            runs.runs.len(),
+            sum(|s| &s.messages),
+            sum(|s| &s.bytes),
+            sum(|s| &s.received),
+            sum(|s| &s.errors),
+            sum(|s| &s.lost),
+            sum(|s| &s.dup),
+            sum(|s| &s.corrupt),
+            sum(|s| &s.wc_success),
+            sum(|s| &s.wc_flush),
+            sum(|s| &s.wc_error),
+        )?;
     }
     // Server and client runs: this host's QP, for the peer's `peer=`.
     for d in u.devices.lock().iter().flatten() {

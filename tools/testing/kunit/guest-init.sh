@@ -267,6 +267,16 @@ bad_ctl() {
 rdma_resources() { rdma resource show | sed 's/^[0-9]*: //' | sort; }
 resources_as_before() { rdma_resources > /tmp/res-after; diff /tmp/res-before /tmp/res-after; }
 
+# ulp_device_totals: each device's line sums the messages and errors of its rows.
+ulp_device_totals() {
+	awk 'NR == 1 { for (i = 1; i <= NF; i++) h[$i] = i; next }
+		$1 ~ /^[0-9]+$/ { m[$2] += $(h["messages"]); e[$2] += $(h["errors"]); n[$2]++ }
+		$1 == "device" { seen[$2] = 1
+			if ($0 !~ " runs=" n[$2] + 0 " " || $0 !~ " messages=" m[$2] + 0 " " || $0 !~ " errors=" e[$2] + 0 " ") {
+				print "mismatch: " $0; bad = 1 } }
+		END { for (d in n) if (!seen[d]) { print "no device line for " d; bad = 1 }; exit bad }' $ULP/stats
+}
+
 # ulp_stop_mid_run: a long run is stopped part-way and gives everything back.
 ulp_stop_mid_run() {
 	ulp_ctl start mode=rc op=send size=1024 count=1000000000 dev=rxe0 || return 1
@@ -363,7 +373,9 @@ ulp_traffic() {
 	check rc_read_direct ulp_run 100 0 mode=rc op=read size=4096 poll=direct dev=rxe1
 	check ud_send_1KiB ulp_ud_run 300 mode=ud op=send size=1024 dev=rxe0
 	check ud_send_direct ulp_ud_run 300 mode=ud op=send size=256 poll=direct dev=rxe1
+	check ud_send_imm_512B ulp_ud_run 300 mode=ud op=send_imm size=512 poll=workqueue dev=rxe0
 	check default_depth_used ulp_has 1 depth 8
+	check device_totals ulp_device_totals
 	check concurrent_runs ulp_concurrent
 	check bad_input_refused bad_ctl
 	check stop_mid_run ulp_stop_mid_run
