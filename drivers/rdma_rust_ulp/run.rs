@@ -77,13 +77,13 @@ fn check(buf: &[u8], id: u32) -> Option<u32> {
     ok.then_some(seq)
 }
 
-/// Whether bytes `off .. off + len` of `sg` hold message `seq` (with no header: RDMA target).
-fn check_sg(sg: &DmaSg, off: usize, len: usize, seq: u64) -> bool {
+/// Whether bytes `off .. off + len` of `mr` hold message `seq` (with no header: RDMA target).
+fn check_mr(mr: &Mr, off: usize, len: usize, seq: u64) -> bool {
     let mut chunk = [0u8; 128];
     let mut done = 0;
     while done < len {
         let n = (len - done).min(chunk.len());
-        if sg.read(off + done, &mut chunk[..n]).is_err() {
+        if mr.read(off + done, &mut chunk[..n]).is_err() {
             return false;
         }
         if !chunk[..n]
@@ -686,8 +686,7 @@ impl Completion for Tx {
                 Op::Write => t
                     .target
                     .as_ref()
-                    .and_then(|m| m.sg())
-                    .is_some_and(|sg| check_sg(sg, t.slot * size, size, t.seq)),
+                    .is_some_and(|m| check_mr(m, t.slot * size, size, t.seq)),
                 Op::Read => t
                     .buf
                     .as_slice()

@@ -133,6 +133,56 @@ impl DmaBuf {
         }
     }
 
+    /// Copies `dst.len()` bytes at `offset` out of the buffer, after syncing them for the CPU,
+    /// without lending a reference to memory a peer may be writing (the buffer of a
+    /// registered [`Mr`](super::mr::Mr)). `EINVAL` if the range is not inside.
+    pub(crate) fn copy_out(&self, offset: usize, dst: &mut [u8]) -> Result {
+        let end = offset.checked_add(dst.len()).ok_or(EINVAL)?;
+        if end > self.len() {
+            return Err(EINVAL);
+        }
+        self.sync_for_cpu(offset..end);
+        // SAFETY: `offset..end` lies inside the allocation; the copy makes no reference to it.
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                self.buf.as_ptr().add(offset),
+                dst.as_mut_ptr(),
+                dst.len(),
+            )
+        };
+        Ok(())
+    }
+
+    /// Copies `src` into the buffer at `offset`, then syncs it for the device (see
+    /// [`DmaBuf::copy_out`]). `EINVAL` if the range is not inside.
+    pub(crate) fn copy_in(&mut self, offset: usize, src: &[u8]) -> Result {
+        let end = offset.checked_add(src.len()).ok_or(EINVAL)?;
+        if end > self.len() {
+            return Err(EINVAL);
+        }
+        self.sync_for_cpu(offset..end);
+        // SAFETY: `offset..end` lies inside the allocation; the copy makes no reference to it.
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                src.as_ptr(),
+                self.buf.as_mut_ptr().add(offset),
+                src.len(),
+            )
+        };
+        if !src.is_empty() {
+            // SAFETY: The range was checked to lie inside the live mapping.
+            unsafe {
+                bindings::ib_dma_sync_single_for_device(
+                    self.pd.device().as_raw(),
+                    self.dma + offset as u64,
+                    src.len(),
+                    DIR,
+                )
+            };
+        }
+        Ok(())
+    }
+
     /// Returns the length of `range`; `EINVAL` if it is empty or not inside the buffer.
     fn check_range(&self, range: &Range<usize>) -> Result<u32> {
         if range.start >= range.end || range.end > self.len() {

@@ -9,7 +9,9 @@
 //! or the pages of a [`DmaSg`] with [`Mr::map_sg`] (both `ib_map_mr_sg`), then registered by posting [`SendOps::reg_mr`]; from that completion on,
 //! [`Mr::remote`] is what the peer needs. [`SendOps::local_inv`] revokes it. The MR owns the
 //! buffer, and dropping the MR deregisters it (`ib_dereg_mr`) before the buffer is freed, so
-//! a peer can never reach freed memory.
+//! a peer can never reach freed memory. A peer may write a registered MR's memory at any
+//! time, so the CPU reaches it only by copying ([`Mr::read`], [`Mr::write`]), never through a
+//! slice.
 //!
 //! [`SendOps::reg_mr`]: super::wr::SendOps::reg_mr
 //! [`SendOps::local_inv`]: super::wr::SendOps::local_inv
@@ -214,35 +216,41 @@ impl Mr {
         self.mem.is_some()
     }
 
-    /// The buffer the MR maps, if it was mapped with [`Mr::map`].
-    pub fn buf(&self) -> Option<&DmaBuf> {
+    /// Bytes of memory the MR maps (0 before [`Mr::map`] or [`Mr::map_sg`]).
+    pub fn len(&self) -> usize {
         match &self.mem {
-            Some(Mem::Buf(b)) => Some(b),
-            _ => None,
+            Some(Mem::Buf(b)) => b.len(),
+            Some(Mem::Sg(s)) => s.len(),
+            None => 0,
         }
     }
 
-    /// The buffer the MR maps, for the CPU to fill or check between remote accesses.
-    pub fn buf_mut(&mut self) -> Option<&mut DmaBuf> {
-        match &mut self.mem {
-            Some(Mem::Buf(b)) => Some(b),
-            _ => None,
-        }
+    /// Whether the MR maps no memory yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
-    /// The pages the MR maps, if it was mapped with [`Mr::map_sg`].
-    pub fn sg(&self) -> Option<&DmaSg> {
+    /// Copies `dst.len()` bytes at `offset` of the mapped memory into `dst`.
+    ///
+    /// Once registered, the memory may be written by the peer at any time, so it is never lent
+    /// out as a slice: it is copied, after a sync for the CPU. What the copy sees is
+    /// meaningful after an event that orders the peer's access before it (a completion, a
+    /// message). `EINVAL` if the MR maps nothing or the range is not inside.
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result {
         match &self.mem {
-            Some(Mem::Sg(s)) => Some(s),
-            _ => None,
+            Some(Mem::Buf(b)) => b.copy_out(offset, dst),
+            Some(Mem::Sg(s)) => s.read(offset, dst),
+            None => Err(EINVAL),
         }
     }
 
-    /// The pages the MR maps, for the CPU to fill or check between remote accesses.
-    pub fn sg_mut(&mut self) -> Option<&mut DmaSg> {
+    /// Copies `src` into the mapped memory at `offset`, then syncs it for the device (see
+    /// [`Mr::read`]). `EINVAL` if the MR maps nothing or the range is not inside.
+    pub fn write(&mut self, offset: usize, src: &[u8]) -> Result {
         match &mut self.mem {
-            Some(Mem::Sg(s)) => Some(s),
-            _ => None,
+            Some(Mem::Buf(b)) => b.copy_in(offset, src),
+            Some(Mem::Sg(s)) => s.write(offset, src),
+            None => Err(EINVAL),
         }
     }
 

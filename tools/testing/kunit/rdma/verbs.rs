@@ -241,6 +241,20 @@ fn register(qp: &Qp<Rts>, mr: Mr, access: Access) -> Result<Mr> {
     Ok(d.payload)
 }
 
+/// The memory of `mr`, copied out.
+fn mr_bytes(mr: &Mr) -> Result<KVec<u8>> {
+    let mut v = KVec::from_elem(0u8, mr.len(), GFP_KERNEL)?;
+    mr.read(0, &mut v)?;
+    Ok(v)
+}
+
+/// The 64-bit word at `off` of `mr`'s memory.
+fn mr_word(mr: &Mr, off: usize) -> Result<u64> {
+    let mut w = [0u8; 8];
+    mr.read(off, &mut w)?;
+    Ok(u64::from_ne_bytes(w))
+}
+
 fn leak_check() -> Result {
     check!(
         LIVE_WRS.load(Ordering::Relaxed) == 0,
@@ -375,7 +389,7 @@ extern "C" fn rdma_kunit_verbs_rc_write_read() -> c_int {
             w[0].status
         );
         check!(
-            matches(mr.buf().ok_or(EINVAL)?.as_slice(), 7),
+            matches(&mr_bytes(&mr)?, 7),
             "the peer's MR does not hold what was written"
         );
         // READ the second page back into a fresh buffer.
@@ -389,7 +403,7 @@ extern "C" fn rdma_kunit_verbs_rc_write_read() -> c_int {
             "read: {:?}",
             r[0].status
         );
-        let expect = mr.buf().ok_or(EINVAL)?.as_slice();
+        let expect = mr_bytes(&mr)?;
         check!(
             r[0].payload.as_slice() == &expect[4096..8192],
             "read data differs from the MR"
@@ -409,10 +423,7 @@ extern "C" fn rdma_kunit_verbs_rc_write_read() -> c_int {
             got[0].opcode,
             got[0].imm
         );
-        check!(
-            matches(&mr.buf().ok_or(EINVAL)?.as_slice()[..64], 9),
-            "write_imm data"
-        );
+        check!(matches(&mr_bytes(&mr)?[..64], 9), "write_imm data");
         drop((w, r, got, mr, p));
         leak_check()
     })())
@@ -428,7 +439,7 @@ extern "C" fn rdma_kunit_verbs_rc_atomics() -> c_int {
         }
         let p = rc_pair(&dev)?;
         let mut mr = registered_mr(&p.b, 64, 0, Access::REMOTE_ATOMIC)?;
-        mr.buf_mut().ok_or(EINVAL)?.as_mut_slice()[..8].copy_from_slice(&5u64.to_ne_bytes());
+        mr.write(0, &5u64.to_ne_bytes())?;
         let remote = mr.remote();
         let s = sink::<DmaBuf>()?;
         let word = |b: &DmaBuf, off: usize| -> Result<u64> {
@@ -451,11 +462,7 @@ extern "C" fn rdma_kunit_verbs_rc_atomics() -> c_int {
             "cmp_swp returned {}",
             word(&d[0].payload, 0)?
         );
-        check!(
-            word(mr.buf().ok_or(EINVAL)?, 0)? == 9,
-            "cmp_swp left {}",
-            word(mr.buf().ok_or(EINVAL)?, 0)?
-        );
+        check!(mr_word(&mr, 0)? == 9, "cmp_swp left {}", mr_word(&mr, 0)?);
         // A compare that does not match leaves memory alone.
         p.a.post_send(twr(DmaBuf::new(&p.pd, 16, GFP_KERNEL)?, &s)?, |t, ops| {
             ops.compare_swap(&t.payload, 8, remote, 5, 77)?;
@@ -463,7 +470,7 @@ extern "C" fn rdma_kunit_verbs_rc_atomics() -> c_int {
         })?;
         let d = s.wait(1)?;
         check!(
-            word(&d[0].payload, 8)? == 9 && word(mr.buf().ok_or(EINVAL)?, 0)? == 9,
+            word(&d[0].payload, 8)? == 9 && mr_word(&mr, 0)? == 9,
             "failed compare changed memory"
         );
         p.a.post_send(twr(DmaBuf::new(&p.pd, 8, GFP_KERNEL)?, &s)?, |t, ops| {
@@ -477,9 +484,9 @@ extern "C" fn rdma_kunit_verbs_rc_atomics() -> c_int {
             word(&d[0].payload, 0)?
         );
         check!(
-            word(mr.buf().ok_or(EINVAL)?, 0)? == 12,
+            mr_word(&mr, 0)? == 12,
             "fetch_add left {}",
-            word(mr.buf().ok_or(EINVAL)?, 0)?
+            mr_word(&mr, 0)?
         );
         // Misaligned atomics are refused before the device sees them, and the request is back.
         let e =
@@ -724,7 +731,7 @@ extern "C" fn rdma_kunit_verbs_bad_rkey() -> c_int {
             p.a.query_state()?
         );
         check!(
-            matches(mr.buf().ok_or(EINVAL)?.as_slice(), 0),
+            matches(&mr_bytes(&mr)?, 0),
             "a write with a wrong rkey changed the MR"
         );
         drop((d, mr, p));
@@ -971,7 +978,7 @@ extern "C" fn rdma_kunit_verbs_local_inv() -> c_int {
             d[0].status
         );
         check!(
-            matches(&mr.buf().ok_or(EINVAL)?.as_slice()[..64], 8),
+            matches(&mr_bytes(&mr)?[..64], 8),
             "memory changed after invalidation"
         );
         drop((d, mr, p));
@@ -1287,9 +1294,8 @@ extern "C" fn rdma_kunit_verbs_mr_sg() -> c_int {
         })?;
         let w = s.wait(1)?;
         check!(w[0].status == WcStatus::Success, "write: {:?}", w[0].status);
-        let pages = mr.sg().ok_or(EINVAL)?;
-        let mut got = KVec::from_elem(0u8, pages.len(), GFP_KERNEL)?;
-        pages.read(0, &mut got)?;
+        let got = mr_bytes(&mr)?;
+        check!(got.len() == PAGES * 4096, "MR of {} bytes", got.len());
         check!(got[..at] == pat[..at], "bytes before the write changed");
         check!(matches(&got[at..at + len], 8), "written bytes differ");
         check!(
