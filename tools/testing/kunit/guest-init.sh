@@ -205,6 +205,10 @@ mode_test() {
 	suite_end
 }
 dmesg_has() { dmesg | grep -q "$1"; }
+# mark: a unique line in the kernel log; since_mark: the log after the last mark.
+# (Counting lines before and after would break when old lines leave the ring.)
+mark() { marks=$(( ${marks:-0} + 1 )); kmsg "rdmatest: mark $marks"; }
+since_mark() { dmesg | sed -n "/rdmatest: mark $marks\$/,\$p"; }
 
 # --- rdma_rust_ulp's control interface ----------------------------------------
 ULP=/sys/kernel/debug/rdma_rust_ulp
@@ -252,10 +256,10 @@ bad_ctl() {
 		"start dev=rxe0 mode=ud size=4096" "start dev=rxe0 mode=ud op=write" \
 		"start dev=rxe0 op=write size=65536 depth=64" "start dev=rxe0 size=4 validate=1" \
 		"stop" "stop id=999" "stop id=x" "wait id=999 extra" "clear now"; do
-		before=$(dmesg | grep -c 'rdma_rust_ulp: ')
+		mark
 		if ulp_ctl "$c" 2> /tmp/err; then
 			echo "accepted: '$c'"; bad=1
-		elif [ "$(dmesg | grep -c 'rdma_rust_ulp: ')" = "$before" ]; then
+		elif ! since_mark | grep -q 'rdma_rust_ulp: '; then
 			echo "refused without a message: '$c'"; bad=1
 		fi
 	done
@@ -333,9 +337,11 @@ ulp_link_delete_mid_run() {
 	id=$(ulp_last_id)
 	sleep 1
 	t0=$(uptime_ms)
+	mark
 	timeout 30 rdma link delete rxe1 || { echo "rdma link delete failed"; return 1; }
 	echo "rdma link delete took $(( $(uptime_ms) - t0 )) ms"
-	dmesg_has "rdma_rust_ulp: rxe1: detached (1 runs stopped)" || { echo "no detach message"; return 1; }
+	since_mark | grep -q "rdma_rust_ulp: rxe1: detached (1 runs stopped)" ||
+		{ echo "no detach message"; return 1; }
 	[ -z "$(ulp_stat "$id" state)" ] || { echo "run $id still listed"; return 1; }
 	add_rxe rxe1 veth1 || { echo "rxe1 did not come back"; return 1; }
 	ulp_run 100 1 mode=rc op=send size=4096 dev=rxe1
@@ -343,13 +349,13 @@ ulp_link_delete_mid_run() {
 
 # ulp_rmmod_mid_run: unloading the module under runs on both devices.
 ulp_rmmod_mid_run() {
-	n0=$(dmesg | grep -c 'rdma_rust_ulp: rxe[01]: detached (1 runs stopped)')
 	ulp_ctl start mode=rc op=write size=4096 count=1000000000 dev=rxe0 || return 1
 	ulp_ctl start mode=ud op=send size=1024 count=1000000000 dev=rxe1 || return 1
 	sleep 1
+	mark
 	timeout 30 rmmod rdma_rust_ulp || { echo "rmmod failed"; return 1; }
-	n=$(( $(dmesg | grep -c 'rdma_rust_ulp: rxe[01]: detached (1 runs stopped)') - n0 ))
-	[ "$n" = 2 ] || { echo "$n devices reported a stopped run"; return 1; }
+	n=$(since_mark | grep -c 'rdma_rust_ulp: rxe[01]: detached (1 runs stopped)')
+	[ "$n" = 2 ] || { since_mark; echo "$n devices reported a stopped run"; return 1; }
 }
 
 # The ULP's traffic: each op over RC, UD, each poll context, concurrency, bad
