@@ -41,7 +41,7 @@ use super::{
     device::{Gid, LinkLayer, Mtu},
     pd::Pd,
     srq::Srq,
-    sync::might_sleep,
+    sync::{PostGate, PostTicket},
     wr::{Completion, PostError, Queue, RecvOps, SendOps, Wr},
 };
 use crate::{
@@ -234,9 +234,8 @@ impl CanRecv for Rts {}
 struct Shared {
     sq_used: AtomicU32,
     rq_used: AtomicU32,
-    /// Posts under way; drain waits for them to finish.
-    posters: AtomicU32,
-    draining: AtomicBool,
+    /// Closed by drain, which waits for the posts under way.
+    gate: PostGate,
     drained: AtomicBool,
     posted: AtomicBool,
 }
@@ -387,8 +386,7 @@ impl Qp<Reset> {
             Shared {
                 sq_used: AtomicU32::new(0),
                 rq_used: AtomicU32::new(0),
-                posters: AtomicU32::new(0),
-                draining: AtomicBool::new(false),
+                gate: PostGate::new(),
                 drained: AtomicBool::new(false),
                 posted: AtomicBool::new(false),
             },
@@ -857,15 +855,6 @@ impl Qp<Rts> {
     }
 }
 
-/// Marks a post under way, so that drain waits for it; dropping it ends the post.
-struct PostGuard<'a>(&'a Shared);
-
-impl Drop for PostGuard<'_> {
-    fn drop(&mut self) {
-        self.0.posters.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
 impl QpInner {
     fn modify(&mut self, attr: &mut bindings::ib_qp_attr, mask: u32) -> Result {
         // SAFETY: `ptr` is valid (invariant) and `attr` holds valid values for `mask`.
@@ -887,24 +876,14 @@ impl QpInner {
         })
     }
 
-    fn enter(&self) -> Result<PostGuard<'_>> {
-        self.shared.posters.fetch_add(1, Ordering::SeqCst);
-        let guard = PostGuard(&self.shared);
-        if self.shared.draining.load(Ordering::SeqCst) {
-            return Err(ESHUTDOWN);
-        }
-        Ok(guard)
+    fn enter(&self) -> Result<PostTicket<'_>> {
+        self.shared.gate.enter()
     }
 
     /// Stops posting: posts fail with `ESHUTDOWN` from now on. Posts that started before
     /// finish before it returns, so a drain marker posted afterwards comes after them.
     fn stop_posting(&self) {
-        might_sleep();
-        self.shared.draining.store(true, Ordering::SeqCst);
-        while self.shared.posters.load(Ordering::SeqCst) != 0 {
-            // SAFETY: Process context (`might_sleep` above documents and checks it).
-            unsafe { bindings::msleep(1) };
-        }
+        self.shared.gate.close();
     }
 
     fn drain_one(&self, queue: Queue) {

@@ -44,7 +44,7 @@
 use super::{
     cq::Cq,
     pd::Pd,
-    sync::{might_sleep, SpinLockBh},
+    sync::{PostGate, SpinLockBh},
     wr::{Completion, PostError, Queue, RecvOps, Wr},
 };
 use crate::{
@@ -54,7 +54,7 @@ use crate::{
     },
     bindings,
     error::{
-        code::{EINVAL, ENOMEM, ESHUTDOWN},
+        code::{EINVAL, ENOMEM},
         from_err_ptr, Error, Result,
     },
     ffi::c_void,
@@ -65,7 +65,7 @@ use crate::{
 use core::{
     mem::ManuallyDrop,
     pin::Pin,
-    sync::atomic::{AtomicBool, AtomicU32, Ordering},
+    sync::atomic::{AtomicU32, Ordering},
 };
 
 /// A request posted on the SRQ, type-erased, with the function that flushes it to its owner.
@@ -137,9 +137,8 @@ pub(crate) struct Shared {
     state: SpinLockBh<State>,
     /// Requests posted and not yet completed.
     used: AtomicU32,
-    /// Posts under way; dropping the SRQ waits for them.
-    posters: AtomicU32,
-    closed: AtomicBool,
+    /// Closed when the SRQ is dropped, which waits for the posts under way.
+    gate: PostGate,
 }
 
 /// Records the completion of the request at `index` and returns the number of the QP that
@@ -184,15 +183,6 @@ unsafe impl Send for Srq {}
 // SAFETY: Posting through `&Srq` is safe to do concurrently (see `Send`).
 unsafe impl Sync for Srq {}
 
-/// Marks a post under way; dropping it ends the post.
-struct PostGuard<'a>(&'a Shared);
-
-impl Drop for PostGuard<'_> {
-    fn drop(&mut self) {
-        self.0.posters.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
 impl Srq {
     /// Creates an SRQ on `pd` for `depth` receives of up to `sge` scatter entries, whose
     /// receives complete on `cq` (`ib_create_srq`). May sleep.
@@ -226,8 +216,7 @@ impl Srq {
             pin_init!(Shared {
                 state <- new_spinlock_bh!(state, "rdma_srq"),
                 used: AtomicU32::new(0),
-                posters: AtomicU32::new(0),
-                closed: AtomicBool::new(false),
+                gate: PostGate::new(),
             }),
             GFP_KERNEL,
         )?;
@@ -328,11 +317,10 @@ impl Srq {
         build: impl for<'a> FnOnce(&'a T, &mut RecvOps<'a>) -> Result,
     ) -> Result<(), PostError<T>> {
         let shared: &Shared = &self.shared;
-        shared.posters.fetch_add(1, Ordering::SeqCst);
-        let _guard = PostGuard(shared);
-        if shared.closed.load(Ordering::SeqCst) {
-            return Err(PostError { err: ESHUTDOWN, wr });
-        }
+        let _ticket = match shared.gate.enter() {
+            Ok(t) => t,
+            Err(err) => return Err(PostError { err, wr }),
+        };
         let mut p = wr.start(Queue::Srq);
         let mut ops = RecvOps::new();
         // SAFETY: The reference is used only by `build`, which records DMA addresses.
@@ -388,13 +376,8 @@ impl Srq {
 
 impl Drop for Srq {
     fn drop(&mut self) {
-        might_sleep();
         let shared: &Shared = &self.shared;
-        shared.closed.store(true, Ordering::SeqCst);
-        while shared.posters.load(Ordering::SeqCst) != 0 {
-            // SAFETY: Process context (checked by `might_sleep`).
-            unsafe { bindings::msleep(1) };
-        }
+        shared.gate.close();
         // SAFETY: `ptr` is valid (invariant); no QP is attached (each holds an `Arc<Srq>`).
         let ret = unsafe { bindings::ib_destroy_srq_user(self.ptr, core::ptr::null_mut()) };
         if ret != 0 {

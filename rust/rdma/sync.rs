@@ -18,13 +18,16 @@
 
 use crate::{
     bindings,
-    error::{code::ETIMEDOUT, Result},
+    error::{
+        code::{ESHUTDOWN, ETIMEDOUT},
+        Result,
+    },
     init::PinInit,
     prelude::*,
     sync::lock::{Backend, Lock},
     types::Opaque,
 };
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 /// Creates a [`SpinLockBh`] with a lockdep class of its own for this call site.
 ///
@@ -178,6 +181,54 @@ pub(crate) fn claim(counter: &AtomicU32, n: u32, limit: u32) -> bool {
         match counter.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Relaxed) {
             Ok(_) => return true,
             Err(v) => cur = v,
+        }
+    }
+}
+
+/// Lets posts onto a queue (QP, SRQ) in until it is closed, and lets closing wait for the posts
+/// already under way: what the owner does after [`PostGate::close`] (post a drain marker,
+/// destroy the queue) comes after every post that got in.
+pub(crate) struct PostGate {
+    /// Posts under way.
+    posters: AtomicU32,
+    closed: AtomicBool,
+}
+
+/// A post under way; dropping it ends the post.
+pub(crate) struct PostTicket<'a>(&'a PostGate);
+
+impl Drop for PostTicket<'_> {
+    fn drop(&mut self) {
+        self.0.posters.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl PostGate {
+    pub(crate) const fn new() -> Self {
+        Self {
+            posters: AtomicU32::new(0),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    /// Starts a post; `ESHUTDOWN` once the gate is closed. Any context.
+    pub(crate) fn enter(&self) -> Result<PostTicket<'_>> {
+        self.posters.fetch_add(1, Ordering::SeqCst);
+        let ticket = PostTicket(self);
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(ESHUTDOWN);
+        }
+        Ok(ticket)
+    }
+
+    /// Closes the gate and waits until the posts that got in have ended. Sleeps: process
+    /// context only. Idempotent.
+    pub(crate) fn close(&self) {
+        might_sleep();
+        self.closed.store(true, Ordering::SeqCst);
+        while self.posters.load(Ordering::SeqCst) != 0 {
+            // SAFETY: Process context (`might_sleep` above documents and checks it).
+            unsafe { bindings::msleep(1) };
         }
     }
 }
