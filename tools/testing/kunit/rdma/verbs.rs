@@ -725,11 +725,17 @@ extern "C" fn rdma_kunit_verbs_bad_rkey() -> c_int {
             "write with a wrong rkey: {:?}",
             d[0].status
         );
-        check!(
-            p.a.query_state()? == QpState::Err,
-            "requester state {:?}",
-            p.a.query_state()?
-        );
+        // rxe delivers the error completion, then moves the QP to the error state: the two
+        // are not ordered for the reader, so give the transition up to a second.
+        let mut state = p.a.query_state()?;
+        for _ in 0..100 {
+            if state == QpState::Err {
+                break;
+            }
+            let _ = s.sig.wait_timeout(10);
+            state = p.a.query_state()?;
+        }
+        check!(state == QpState::Err, "requester state {:?}", state);
         check!(
             matches(&mr_bytes(&mr)?, 0),
             "a write with a wrong rkey changed the MR"
