@@ -11,10 +11,19 @@
 //! - `connect id=N peer=QPN:GID:PSN` connects the QP of an RC server run to its client.
 //! - `go id=N` starts the sends of a client run started with `hold=1`.
 //!
+//! Runs over the RDMA connection manager find their peer by IP address instead:
+//! `start cm=server addr=IP port=N ...` listens on a local address (of an RDMA device's
+//! netdev: the run belongs to that device), `start cm=client addr=IP port=N ...` connects to a
+//! server. With `mode=rc` (op `ping`, the default) they speak rping's protocol, and work with
+//! `rping -s` / `rping -c` as the other side; with `mode=ud` the client sends datagrams
+//! (`op=send|send_imm`) to the server's QP, found by the CM's SIDR exchange. A client's `size`
+//! is the ping's buffer, a server's the largest buffer it accepts.
+//!
 //! Keys of `start`: `mode=rc|ud`, `op=send|send_imm|write|read`, `size=N` (bytes),
 //! `count=N` (messages), `depth=N` (requests in flight), `dev=NAME`,
 //! `poll=softirq|workqueue|direct`, `validate=0|1`, `wait=0|1`,
-//! `role=loopback|server|client`, `peer=QPN:GID:PSN` (client), `hold=0|1` (client).
+//! `role=loopback|server|client`, `peer=QPN:GID:PSN` (client), `hold=0|1` (client),
+//! `cm=server|client`, `addr=A.B.C.D`, `port=N` (CM runs).
 //!
 //! A `loopback` run (the default) connects two QPs of the device. A run between two hosts is
 //! a `server` on one (it receives; its endpoint is listed in `stats`) and a `client` on the
@@ -26,6 +35,7 @@
 
 use kernel::prelude::*;
 use kernel::rdma::{
+    cm::SockAddrV4,
     cq::PollContext,
     device::Gid,
     qp::{Endpoint, QpType},
@@ -101,6 +111,8 @@ pub(crate) enum Op {
     SendImm,
     Write,
     Read,
+    /// rping's round trip (CM RC runs): advertise, RDMA READ, go ahead, RDMA WRITE, go ahead.
+    Ping,
 }
 
 impl Op {
@@ -110,6 +122,7 @@ impl Op {
             Op::SendImm => "send_imm",
             Op::Write => "write",
             Op::Read => "read",
+            Op::Ping => "ping",
         }
     }
 
@@ -158,6 +171,10 @@ pub(crate) struct Spec {
     pub(crate) role: Role,
     pub(crate) peer: Option<Endpoint>,
     pub(crate) hold: bool,
+    /// A run over the connection manager (its role is `role`: server or client).
+    pub(crate) cm: bool,
+    /// CM runs: the address to listen on (server) or connect to (client).
+    pub(crate) addr: SockAddrV4,
 }
 
 impl Spec {
@@ -308,7 +325,14 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
         role: Role::Loopback,
         peer: None,
         hold: false,
+        cm: false,
+        addr: SockAddrV4 {
+            ip: [0; 4],
+            port: 0,
+        },
     };
+    let (mut op_given, mut size_given, mut role_given, mut addr_given) =
+        (false, false, false, false);
     for w in words {
         let Some(eq) = w.iter().position(|&c| c == b'=') else {
             return Err(bad(format_args!("start: '{}' is not key=value", Show(w))));
@@ -339,20 +363,25 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
                 }
             }
             b"op" => {
+                op_given = true;
                 s.op = match v {
                     b"send" => Op::Send,
                     b"send_imm" => Op::SendImm,
                     b"write" => Op::Write,
                     b"read" => Op::Read,
+                    b"ping" => Op::Ping,
                     _ => {
                         return Err(bad(format_args!(
-                            "start: op={} (send, send_imm, write or read)",
+                            "start: op={} (send, send_imm, write, read or ping)",
                             Show(v)
                         )))
                     }
                 }
             }
-            b"size" => s.size = num(1, 1 << 30)? as usize,
+            b"size" => {
+                size_given = true;
+                s.size = num(1, 1 << 30)? as usize
+            }
             b"count" => s.count = num(1, MAX_COUNT)?,
             b"depth" => s.depth = num(1, u64::from(MAX_DEPTH))? as u32,
             b"dev" => {
@@ -374,6 +403,7 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
             b"wait" => s.wait = flag()?,
             b"hold" => s.hold = flag()?,
             b"role" => {
+                role_given = true;
                 s.role = match v {
                     b"loopback" => Role::Loopback,
                     b"server" => Role::Server,
@@ -391,8 +421,39 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
                     bad(format_args!("start: peer={} is not QPN:GID:PSN", Show(v)))
                 })?)
             }
+            b"cm" => {
+                s.cm = true;
+                s.role = match v {
+                    b"server" => Role::Server,
+                    b"client" => Role::Client,
+                    _ => {
+                        return Err(bad(format_args!(
+                            "start: cm={} (server or client)",
+                            Show(v)
+                        )))
+                    }
+                }
+            }
+            b"addr" => {
+                addr_given = true;
+                s.addr.ip = parse_ipv4(v).ok_or_else(|| {
+                    bad(format_args!(
+                        "start: addr={} is not an IPv4 address",
+                        Show(v)
+                    ))
+                })?;
+            }
+            b"port" => s.addr.port = num(1, 65535)? as u16,
             _ => return Err(bad(format_args!("start: unknown key '{}'", Show(k)))),
         }
+    }
+    if s.cm {
+        return check_cm(s, op_given, size_given, role_given, addr_given);
+    }
+    if addr_given || s.addr.port != 0 || s.op == Op::Ping {
+        return Err(bad(format_args!(
+            "start: addr=, port= and op=ping are for cm= runs"
+        )));
     }
     if s.dev_len == 0 {
         return Err(bad(format_args!("start: dev= is required")));
@@ -429,6 +490,75 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
         )));
     }
     Ok(Command::Start(s))
+}
+
+/// Smallest ping buffer: rping's message header ("rdma-ping-N: ") and its terminating NUL.
+pub(crate) const MIN_PING: usize = 32;
+
+/// The checks of a `cm=` run.
+fn check_cm(
+    mut s: Spec,
+    op_given: bool,
+    size_given: bool,
+    role_given: bool,
+    addr_given: bool,
+) -> Result<Command> {
+    if !addr_given || s.addr.port == 0 {
+        return Err(bad(format_args!("start: cm= needs addr= and port=")));
+    }
+    if s.dev_len != 0 || role_given || s.peer.is_some() || s.hold {
+        return Err(bad(format_args!(
+            "start: cm= runs find their device from addr= (no dev=, role=, peer= or hold=)"
+        )));
+    }
+    if s.poll == PollContext::Direct {
+        return Err(bad(format_args!("start: poll=direct is for role=loopback")));
+    }
+    match s.mode {
+        QpType::Rc => {
+            if !op_given {
+                s.op = Op::Ping;
+            }
+            if !size_given {
+                // rping's default message is 64 bytes; a server takes up to 64 KiB.
+                s.size = if s.role == Role::Server { 65536 } else { 64 };
+            }
+            if s.op != Op::Ping {
+                return Err(bad(format_args!("start: cm= with mode=rc runs op=ping")));
+            }
+            if s.size < MIN_PING {
+                return Err(bad(format_args!("start: op=ping needs size>={MIN_PING}")));
+            }
+        }
+        QpType::Ud => {
+            if !s.op.uses_recv() {
+                return Err(bad(format_args!(
+                    "start: cm= with mode=ud runs send or send_imm"
+                )));
+            }
+            if s.validate && s.size < crate::run::HEADER {
+                return Err(bad(format_args!(
+                    "start: validate=1 needs size>={} (sequence header)",
+                    crate::run::HEADER
+                )));
+            }
+        }
+    }
+    Ok(Command::Start(s))
+}
+
+/// Parses a dotted-quad IPv4 address.
+fn parse_ipv4(v: &[u8]) -> Option<[u8; 4]> {
+    let mut ip = [0u8; 4];
+    let mut parts = v.split(|&c| c == b'.');
+    for b in ip.iter_mut() {
+        let p = parts.next()?;
+        if p.is_empty() || p.len() > 3 || !p.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        *b = u8::try_from(parse_num(p)?).ok()?;
+    }
+    parts.next().is_none().then_some(ip)
 }
 
 fn parse_connect_go(cmd: &[u8], words: &mut dyn Iterator<Item = &[u8]>) -> Result<Command> {

@@ -64,11 +64,12 @@ fn fill(buf: &mut [u8], id: u32, seq: u64, header: bool) {
     }
 }
 
-/// The sequence number of a validated message of run `id`, if it is intact.
-fn check(buf: &[u8], id: u32) -> Option<u32> {
+/// The sequence number of a validated message of run `id` (of any run if `None`: the sender
+/// is on another host), if it is intact.
+fn check(buf: &[u8], id: Option<u32>) -> Option<u32> {
     let seq = u32::from_le_bytes(buf.get(..4)?.try_into().ok()?);
     let run = u32::from_le_bytes(buf.get(4..8)?.try_into().ok()?);
-    let ok = run == id
+    let ok = id.map_or(true, |id| run == id)
         && buf
             .iter()
             .enumerate()
@@ -99,19 +100,41 @@ fn check_mr(mr: &Mr, off: usize, len: usize, seq: u64) -> bool {
 }
 
 /// What a run holds on the device; dropped in process context once its QPs are drained.
-struct Res {
+pub(crate) struct Res {
     /// The sending QP (loopback and client runs).
-    tx_qp: Option<Arc<Qp<Rts>>>,
+    pub(crate) tx_qp: Option<Arc<Qp<Rts>>>,
     /// The receiving QP (loopback and server runs; an RC server's once it is connected).
-    rx_qp: Option<Arc<Qp<Rts>>>,
+    pub(crate) rx_qp: Option<Arc<Qp<Rts>>>,
     /// An RC server's QP until `connect`.
-    unconnected: Option<Qp<Init>>,
+    pub(crate) unconnected: Option<Qp<Init>>,
     /// A client's sends, held until `go`.
-    held: KVec<Wr<Tx>>,
-    target: Option<Arc<Mr>>,
-    ah: Option<Arc<Ah>>,
-    cq: Arc<Cq>,
-    _pd: Arc<Pd>,
+    pub(crate) held: KVec<Wr<Tx>>,
+    pub(crate) target: Option<Arc<Mr>>,
+    pub(crate) ah: Option<Arc<Ah>>,
+    /// A CM UD client's peer: its QP number and Q_Key.
+    pub(crate) ud_peer: Option<(u32, u32)>,
+    /// A CM run's ids and connections (freed after the QPs above).
+    pub(crate) link: Option<crate::cm::Link>,
+    pub(crate) cq: Arc<Cq>,
+    pub(crate) _pd: Arc<Pd>,
+}
+
+impl Res {
+    /// A run's resources with only its PD and CQ.
+    pub(crate) fn new(pd: Arc<Pd>, cq: Arc<Cq>) -> Self {
+        Res {
+            tx_qp: None,
+            rx_qp: None,
+            unconnected: None,
+            held: KVec::new(),
+            target: None,
+            ah: None,
+            ud_peer: None,
+            link: None,
+            cq,
+            _pd: pd,
+        }
+    }
 }
 
 /// A run and its statistics.
@@ -142,7 +165,7 @@ pub(crate) struct Run {
 }
 
 /// A send-side request: its buffer, and what it needs to post itself again.
-struct Tx {
+pub(crate) struct Tx {
     buf: DmaBuf,
     run: Arc<Run>,
     qp: Arc<Qp<Rts>>,
@@ -150,6 +173,7 @@ struct Tx {
     target: Option<Arc<Mr>>,
     remote: Remote,
     peer_qpn: u32,
+    qkey: u32,
     slot: usize,
     seq: u64,
     posted_ns: i64,
@@ -316,12 +340,20 @@ impl Run {
             tx_qp,
             rx_qp,
             unconnected,
-            held: KVec::new(),
             target,
             ah,
-            cq,
-            _pd: pd,
+            ..Res::new(pd, cq)
         };
+        Self::new(spec, id, endpoint, res)
+    }
+
+    /// A run holding `res`, not started.
+    pub(crate) fn new(
+        spec: &Spec,
+        id: u32,
+        endpoint: Option<Endpoint>,
+        res: Res,
+    ) -> Result<Arc<Run>> {
         Arc::pin_init(
             pin_init!(Run {
                 id,
@@ -360,10 +392,11 @@ impl Run {
         let Some(tx_qp) = &res.tx_qp else {
             return Err(EINVAL);
         };
-        let peer_qpn = match (&res.rx_qp, spec.peer) {
-            (Some(q), _) => q.qpn(),
-            (None, Some(p)) => p.qpn,
-            (None, None) => 0,
+        let (peer_qpn, qkey) = match (&res.rx_qp, spec.peer, res.ud_peer) {
+            (_, _, Some(p)) => p,
+            (Some(q), _, _) => (q.qpn(), QKEY),
+            (None, Some(p), _) => (p.qpn, QKEY),
+            (None, None, _) => (0, QKEY),
         };
         let remote = res
             .target
@@ -380,6 +413,7 @@ impl Run {
                 target: res.target.clone(),
                 remote,
                 peer_qpn,
+                qkey,
                 slot,
                 seq: 0,
                 posted_ns: 0,
@@ -398,7 +432,7 @@ impl Run {
         Ok(())
     }
 
-    fn post_receives(self: &Arc<Self>, rx_qp: &Arc<Qp<Rts>>) -> Result {
+    pub(crate) fn post_receives(self: &Arc<Self>, rx_qp: &Arc<Qp<Rts>>) -> Result {
         let spec = &self.spec;
         if !spec.op.uses_recv() {
             return Ok(());
@@ -524,14 +558,40 @@ impl Run {
             let got = self.rx_expected.load(Ordering::Relaxed);
             Stats::add(&self.stats.lost, sent.saturating_sub(got));
         }
-        drop((
-            res.tx_qp,
-            res.rx_qp,
-            res.unconnected,
-            res.target,
-            res.ah,
-            res.cq,
-        ));
+        drop((res.tx_qp, res.rx_qp, res.unconnected, res.target, res.ah));
+        // CM connections: drained and freed here too, then the ids.
+        drop(res.link);
+        drop(res.cq);
+    }
+
+    /// Runs `f` on the run's CM state, if the run still holds its resources.
+    pub(crate) fn with_link<R>(&self, f: impl FnOnce(&mut crate::cm::Link) -> R) -> Option<R> {
+        self.res.lock().as_mut()?.link.as_mut().map(f)
+    }
+
+    /// Gives a CM run its ids and connection (a client's, built before it was connected).
+    /// Dropped at once if the run has already been finished.
+    pub(crate) fn set_link(&self, link: crate::cm::Link) {
+        let mut g = self.res.lock();
+        match g.as_mut() {
+            Some(res) => res.link = Some(link),
+            None => {
+                drop(g);
+                drop(link);
+            }
+        }
+    }
+
+    /// Starts a run whose requests are its own (a CM ping client): it ends with
+    /// [`Run::retire`].
+    pub(crate) fn begin(&self) {
+        self.start_ns.store(now_ns(), Ordering::Relaxed);
+        self.inflight.store(1, Ordering::Release);
+    }
+
+    /// Whether the run is being stopped.
+    pub(crate) fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
     }
 
     /// Makes the run stop: requests are no longer posted again. Any context.
@@ -540,14 +600,14 @@ impl Run {
     }
 
     /// Retires one send-side request.
-    fn retire(&self) {
+    pub(crate) fn retire(&self) {
         if self.inflight.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.end_ns.store(now_ns(), Ordering::Relaxed);
             self.ended.complete_all();
         }
     }
 
-    fn error(&self, what: core::fmt::Arguments<'_>) {
+    pub(crate) fn error(&self, what: core::fmt::Arguments<'_>) {
         // The first errors of a run are worth a line each; the counters have the rest.
         if Stats::get(&self.stats.errors) < 4 {
             pr_err!("run {}: {}\n", self.id, what);
@@ -558,7 +618,7 @@ impl Run {
 
 /// Registers `mr` for remote read and write through `qp`, waiting for the REG_MR completion
 /// (polling `cq` if it is a direct one).
-fn register(qp: &Qp<Rts>, cq: &Cq, mr: Mr) -> Result<Mr> {
+pub(crate) fn register(qp: &Qp<Rts>, cq: &Cq, mr: Mr) -> Result<Mr> {
     let back = Arc::pin_init(
         pin_init!(RegBack {
             slot <- new_spinlock_bh!(None, "rdma_rust_ulp_reg"),
@@ -627,11 +687,11 @@ fn post_next(mut wr: Wr<Tx>) {
         match (mode, op) {
             (QpType::Ud, Op::SendImm) => {
                 let ah = t.ah.as_deref().ok_or(EINVAL)?;
-                ops.send_ud_imm(&t.buf, 0..size, ah, t.peer_qpn, QKEY, t.seq as u32)?;
+                ops.send_ud_imm(&t.buf, 0..size, ah, t.peer_qpn, t.qkey, t.seq as u32)?;
             }
             (QpType::Ud, _) => {
                 let ah = t.ah.as_deref().ok_or(EINVAL)?;
-                ops.send_ud(&t.buf, 0..size, ah, t.peer_qpn, QKEY)?;
+                ops.send_ud(&t.buf, 0..size, ah, t.peer_qpn, t.qkey)?;
             }
             (_, Op::Send) => {
                 ops.send(&t.buf, 0..size)?;
@@ -645,6 +705,8 @@ fn post_next(mut wr: Wr<Tx>) {
             (_, Op::Read) => {
                 ops.read(&t.buf, 0..size, at)?;
             }
+            // CM ping runs have their own requests (`cm.rs`).
+            (_, Op::Ping) => return Err(EINVAL),
         }
         Ok(())
     });
@@ -728,7 +790,8 @@ impl Completion for Rx {
             let skip = if spec.mode == QpType::Ud { GRH_LEN } else { 0 };
             let len = (wc.byte_len() as usize).saturating_sub(skip);
             let data = r.buf.as_slice().get(skip..skip + len).unwrap_or(&[]);
-            match check(data, run.id).filter(|_| len == spec.size) {
+            let sender = (spec.role == Role::Loopback).then_some(run.id);
+            match check(data, sender).filter(|_| len == spec.size) {
                 None => {
                     Stats::add(&run.stats.corrupt, 1);
                     run.error(format_args!("received a corrupt message ({len} bytes)"));

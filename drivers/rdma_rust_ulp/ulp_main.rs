@@ -20,6 +20,7 @@ use kernel::sync::{Arc, Mutex};
 use kernel::types::ARef;
 use kernel::{c_str, ffi::c_char, new_mutex, prelude::*, str::CStr};
 
+mod cm;
 mod ctl;
 mod run;
 mod stats;
@@ -42,6 +43,23 @@ extern "C" {
     fn rdma_rust_ulp_seq_write(m: *mut core::ffi::c_void, s: *const u8, len: usize);
     fn rdma_rust_ulp_debugfs_init() -> i32;
     fn rdma_rust_ulp_debugfs_exit();
+}
+
+/// Removes and returns element `i` of `v`, keeping the order of the others (6.12's `KVec` has
+/// no `remove`).
+pub(crate) fn remove_at<T>(v: &mut KVec<T>, i: usize) -> Option<T> {
+    let len = v.len();
+    if i >= len {
+        return None;
+    }
+    v.as_mut_slice()[i..].rotate_left(1);
+    // SAFETY: Element `len - 1` is initialised; it is read out once and no longer counted, and
+    // the `len - 1` elements before it stay initialised.
+    unsafe {
+        let last = v.as_ptr().add(len - 1).read();
+        v.set_len(len - 1);
+        Some(last)
+    }
 }
 
 /// Ended runs whose statistics a device keeps (older ones are forgotten).
@@ -320,12 +338,26 @@ impl Ulp {
         Ok(())
     }
 
+    /// Adds `run` to the runs of `ud`; `ENODEV` if the device is being removed.
+    fn attach(&self, ud: &UlpDev, run: &Arc<Run>) -> Result {
+        let mut r = ud.runs.lock();
+        if r.removing {
+            pr_err!("start: {} is being removed\n", ud.name);
+            return Err(ENODEV);
+        }
+        // Forget the oldest ended runs beyond what is kept.
+        while r.runs.len() >= KEEP_ENDED {
+            let Some(i) = r.runs.iter().position(|x| !x.active()) else {
+                break;
+            };
+            drop(remove_at(&mut r.runs, i));
+        }
+        r.runs.push(run.clone(), GFP_KERNEL)?;
+        Ok(())
+    }
+
     fn start(&self, spec: Spec) -> Result {
         self.reap()?;
-        let Some(ud) = self.find(spec.dev()) else {
-            pr_err!("start: no RDMA device '{}'\n", Show(spec.dev()));
-            return Err(ENODEV);
-        };
         let active = self.all_runs()?.iter().filter(|r| r.active()).count();
         if active >= self.max_runs as usize {
             pr_err!(
@@ -335,56 +367,62 @@ impl Ulp {
             return Err(EBUSY);
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let run = Run::build(&ud.dev, &spec, id).inspect_err(|e| {
-            pr_err!("start: run {id} on {} could not be built: {e:?}\n", ud.name);
-        })?;
-        {
-            let mut r = ud.runs.lock();
-            if r.removing {
-                drop(r);
-                run.finish();
-                pr_err!("start: {} is being removed\n", ud.name);
+        let (run, name) = if spec.cm {
+            let attach = |dev: &Device, run: &Arc<Run>| -> Result {
+                let ud = self.find(dev.name().as_bytes()).ok_or(ENODEV)?;
+                self.attach(&ud, run)
+            };
+            let run = cm::start(&spec, id, &attach)
+                .inspect_err(|e| pr_err!("start: run {id} ({}) failed: {e:?}\n", spec.addr))?;
+            (run, None)
+        } else {
+            let Some(ud) = self.find(spec.dev()) else {
+                pr_err!("start: no RDMA device '{}'\n", Show(spec.dev()));
                 return Err(ENODEV);
+            };
+            let run = Run::build(&ud.dev, &spec, id).inspect_err(|e| {
+                pr_err!("start: run {id} on {} could not be built: {e:?}\n", ud.name);
+            })?;
+            if let Err(e) = self.attach(&ud, &run) {
+                run.finish();
+                return Err(e);
             }
-            // Forget the oldest ended runs beyond what is kept.
-            while r.runs.len() >= KEEP_ENDED {
-                let Some(i) = r.runs.iter().position(|x| !x.active()) else {
-                    break;
-                };
-                let v = core::mem::take(&mut r.runs);
-                let mut keep = KVec::with_capacity(v.len(), GFP_KERNEL)?;
-                for (j, x) in v.into_iter().enumerate() {
-                    if j != i {
-                        keep.push(x, GFP_KERNEL)?;
-                    }
-                }
-                r.runs = keep;
-            }
-            r.runs.push(run.clone(), GFP_KERNEL)?;
             if let Err(e) = run.go() {
-                drop(r);
                 run.stop();
                 run.finish();
                 pr_err!("start: run {id} could not post: {e:?}\n");
                 return Err(e);
             }
+            (run, Some(ud.name))
+        };
+        match name {
+            Some(dev) => pr_info!(
+                "run {id} started: {dev} role={} mode={} op={} size={} count={} depth={} poll={} validate={}\n",
+                spec.role.name(),
+                ctl::mode_name(spec.mode),
+                spec.op.name(),
+                spec.size,
+                spec.count,
+                spec.depth,
+                ctl::poll_name(spec.poll),
+                u8::from(spec.validate)
+            ),
+            None => pr_info!(
+                "run {id} started: cm={} addr={} mode={} op={} size={} count={} poll={} validate={}\n",
+                spec.role.name(),
+                spec.addr,
+                ctl::mode_name(spec.mode),
+                spec.op.name(),
+                spec.size,
+                spec.count,
+                ctl::poll_name(spec.poll),
+                u8::from(spec.validate)
+            ),
         }
-        pr_info!(
-            "run {id} started: {} role={} mode={} op={} size={} count={} depth={} poll={} validate={}\n",
-            ud.name,
-            spec.role.name(),
-            ctl::mode_name(spec.mode),
-            spec.op.name(),
-            spec.size,
-            spec.count,
-            spec.depth,
-            ctl::poll_name(spec.poll),
-            u8::from(spec.validate)
-        );
-        // A direct run makes progress only while someone polls its CQ: the writer does.
         if let Some(e) = run.endpoint {
             pr_info!("run {id} endpoint {}\n", ShowEndpoint(e));
         }
+        // A direct run makes progress only while someone polls its CQ: the writer does.
         if spec.wait || spec.poll == kernel::rdma::cq::PollContext::Direct {
             let r = run.wait_ended(WAIT_MS);
             run.finish();
@@ -418,14 +456,14 @@ impl Ulp {
             Command::Clear => {
                 for d in self.devices.lock().iter().flatten() {
                     let mut r = d.runs.lock();
-                    let v = core::mem::take(&mut r.runs);
-                    let mut keep = KVec::new();
-                    for x in v {
-                        if x.active() {
-                            keep.push(x, GFP_KERNEL)?;
+                    let mut i = 0;
+                    while i < r.runs.len() {
+                        if r.runs[i].active() {
+                            i += 1;
+                        } else {
+                            drop(remove_at(&mut r.runs, i));
                         }
                     }
-                    r.runs = keep;
                 }
                 Ok(())
             }

@@ -93,12 +93,27 @@ impl Ah {
         let (dmac, hop_limit) = resolve_dmac(dev, port, sgid.index, dgid)?;
         attr.__bindgen_anon_1.roce.dmac = dmac;
         attr.grh.hop_limit = hop_limit;
-        // SAFETY: `pd` is valid, `attr` is a complete, resolved RoCE address vector, and this
-        // is process context (sleepable creation).
+        // SAFETY: `attr` is a complete, resolved RoCE address vector.
+        unsafe { Self::from_attr(pd, &mut attr) }
+    }
+
+    /// Creates an AH on `pd` from a resolved address vector (`rdma_create_ah`). Sleeps.
+    ///
+    /// # Safety
+    ///
+    /// `attr` must be a complete address vector for `pd`'s device, with any GID attribute it
+    /// names held for the call.
+    pub(crate) unsafe fn from_attr(
+        pd: &Arc<Pd>,
+        attr: &mut bindings::rdma_ah_attr,
+    ) -> Result<Arc<Self>> {
+        might_sleep();
+        // SAFETY: `pd` is valid, `attr` is valid per the safety requirements, and this is
+        // process context (sleepable creation).
         let ptr = from_err_ptr(unsafe {
             bindings::rdma_create_ah(
                 pd.as_raw(),
-                &mut attr,
+                attr,
                 bindings::rdma_create_ah_flags_RDMA_CREATE_AH_SLEEPABLE,
             )
         })?;

@@ -37,6 +37,7 @@
 
 use super::{
     addr::resolve_dmac,
+    cm::IdCore,
     cq::Cq,
     device::{Gid, LinkLayer, Mtu},
     pd::Pd,
@@ -270,7 +271,7 @@ fn reserve(used: &AtomicU32, n: u32, depth: u32) -> Result {
 ///
 /// # Invariants
 ///
-/// `ptr` is a QP created with `ib_create_qp_kernel` on `pd`, with `send_cq` and `recv_cq` (and
+/// `ptr` is a QP created with `ib_create_qp_kernel` (or `rdma_create_qp` on `cm`) on `pd`, with `send_cq` and `recv_cq` (and
 /// `srq`, attached to it, if set), whose `qp_context` is `shared`, and which has
 /// `caps.send_depth + 1` / `recv_reserved` entries reserved on its CQs. It is valid until
 /// `QpInner` is dropped.
@@ -286,6 +287,9 @@ struct QpInner {
     recv_reserved: u32,
     srq: Option<Arc<Srq>>,
     pd: Arc<Pd>,
+    /// The connection manager id the QP was created on (destroyed with `rdma_destroy_qp`,
+    /// and moved through its states by the CM).
+    cm: Option<Arc<IdCore>>,
 }
 
 /// A queue pair in state `S`.
@@ -321,7 +325,47 @@ impl Qp<Reset> {
         if caps.recv_sge == 0 || caps.recv_sge > max_recv_sge {
             return Err(EINVAL);
         }
-        Self::create(pd, qp_type, send_cq, recv_cq, None, caps)
+        Self::create(pd, qp_type, send_cq, recv_cq, None, caps, None)
+    }
+
+    /// Creates the QP of a CM id (see [`CmId::create_qp`](super::cm::CmId::create_qp)).
+    pub(crate) fn create_on_cm(
+        id: &Arc<IdCore>,
+        pd: &Arc<Pd>,
+        send_cq: &Arc<Cq>,
+        recv_cq: &Arc<Cq>,
+        caps: &QpCaps,
+    ) -> Result<Qp<Init>> {
+        super::sync::might_sleep();
+        let raw = id.id();
+        // SAFETY: The id is valid while `id` is held; its device and QP type are set by the CM
+        // (the device once the id is bound or resolved).
+        let (dev, qp_type, port) = unsafe { ((*raw).device, (*raw).qp_type, (*raw).port_num) };
+        if dev.is_null() || dev != pd.device().as_raw() {
+            return Err(EINVAL);
+        }
+        // SAFETY: As above; a QP already on the id would be leaked by a second one.
+        if !unsafe { (*raw).qp }.is_null() {
+            return Err(EBUSY);
+        }
+        let qp_type = if qp_type == bindings::ib_qp_type_IB_QPT_UD {
+            QpType::Ud
+        } else {
+            QpType::Rc
+        };
+        let attrs = pd.device().attrs();
+        if caps.recv_depth == 0 || caps.recv_depth >= attrs.max_qp_wr() {
+            return Err(EINVAL);
+        }
+        if caps.recv_sge == 0 || caps.recv_sge > attrs.max_recv_sge() {
+            return Err(EINVAL);
+        }
+        let mut qp = Self::create(pd, qp_type, send_cq, recv_cq, None, caps, Some(id))?;
+        qp.inner.port = port;
+        Ok(Qp {
+            inner: qp.inner,
+            _s: PhantomData,
+        })
     }
 
     /// Creates a QP on `pd` that takes its receives from `srq` (`ib_create_qp` with an SRQ)
@@ -345,7 +389,7 @@ impl Qp<Reset> {
             recv_sge: 0,
             ..*caps
         };
-        Self::create(pd, qp_type, send_cq, srq.cq(), Some(srq), &caps)
+        Self::create(pd, qp_type, send_cq, srq.cq(), Some(srq), &caps, None)
     }
 
     fn create(
@@ -355,6 +399,7 @@ impl Qp<Reset> {
         recv_cq: &Arc<Cq>,
         srq: Option<&Arc<Srq>>,
         caps: &QpCaps,
+        cm: Option<&Arc<IdCore>>,
     ) -> Result<Self> {
         let attrs = pd.device().attrs();
         if caps.send_depth == 0 || caps.send_depth >= attrs.max_qp_wr() {
@@ -414,10 +459,28 @@ impl Qp<Reset> {
             QpType::Rc => bindings::ib_qp_type_IB_QPT_RC,
             QpType::Ud => bindings::ib_qp_type_IB_QPT_UD,
         };
-        // SAFETY: `pd` is valid, `init` is fully initialised and names valid CQs of its device;
-        // `shared` outlives the QP (it is freed after `ib_destroy_qp` in `QpInner::drop`).
-        let ptr = unsafe {
-            bindings::ib_create_qp_kernel(pd.as_raw(), &mut init, c"kernel::rdma".as_ptr().cast())
+        let ptr = match cm {
+            // SAFETY: `pd` is valid, `init` is fully initialised and names valid CQs of its
+            // device; `shared` outlives the QP (it is freed after `ib_destroy_qp` in
+            // `QpInner::drop`).
+            None => unsafe {
+                bindings::ib_create_qp_kernel(
+                    pd.as_raw(),
+                    &mut init,
+                    c"kernel::rdma".as_ptr().cast(),
+                )
+            },
+            Some(id) => {
+                // SAFETY: As above, and the id is valid while `id` is held; on success the CM
+                // has put the new QP in the id (and moved it to Init, or for UD to RTS).
+                let ret = unsafe { bindings::rdma_create_qp(id.id(), pd.as_raw(), &mut init) };
+                if ret == 0 {
+                    // SAFETY: Set by `rdma_create_qp` just now.
+                    unsafe { (*id.id()).qp }
+                } else {
+                    Error::from_errno(ret).to_ptr()
+                }
+            }
         };
         let ptr = match from_err_ptr(ptr) {
             Ok(p) => p,
@@ -444,6 +507,7 @@ impl Qp<Reset> {
             recv_reserved,
             srq: srq.cloned(),
             pd: pd.clone(),
+            cm: cm.cloned(),
         };
         if let Some(srq) = srq {
             // SAFETY: `ptr` is valid; `qp_num` is fixed at creation.
@@ -486,7 +550,7 @@ impl Qp<Reset> {
         port: u32,
         f: impl FnOnce(&mut bindings::ib_qp_attr, &mut u32),
     ) -> Result<Qp<Init>> {
-        if !self.inner.pd.device().ports().contains(&port) {
+        if !self.inner.pd.device().ports().contains(&port) || self.inner.cm.is_some() {
             return Err(EINVAL);
         }
         // SAFETY: All-zeroes is a valid `ib_qp_attr`; only masked fields are read.
@@ -509,7 +573,7 @@ impl Qp<Init> {
     /// vector; on RoCE the core resolves the peer's MAC). `EINVAL` for a UD QP;
     /// `EOPNOTSUPP` on a port that is not RoCE (InfiniBand needs LIDs from a subnet manager).
     pub fn to_rtr(self, peer: &Endpoint, p: &RcParams) -> Result<Qp<Rtr>> {
-        if self.inner.qp_type != QpType::Rc {
+        if self.inner.qp_type != QpType::Rc || self.inner.cm.is_some() {
             return Err(EINVAL);
         }
         let dev = self.inner.pd.device();
@@ -562,7 +626,7 @@ impl Qp<Init> {
 
     /// UD: moves the QP through Ready to Receive to Ready to Send. `EINVAL` for an RC QP.
     pub fn ready_ud(mut self) -> Result<Qp<Rts>> {
-        if self.inner.qp_type != QpType::Ud {
+        if self.inner.qp_type != QpType::Ud || self.inner.cm.is_some() {
             return Err(EINVAL);
         }
         // SAFETY: All-zeroes is a valid `ib_qp_attr`; only masked fields are read.
@@ -580,6 +644,20 @@ impl Qp<Init> {
             inner: self.inner,
             _s: PhantomData,
         })
+    }
+}
+
+impl Qp<Init> {
+    /// A QP created on a CM id, once the CM has made it ready to send: after
+    /// [`Event::Established`](super::cm::Event::Established) for RC (the CM moves it through
+    /// Ready to Receive on connect or accept), at once for UD. Queries the QP's state (may
+    /// sleep); `EINVAL` for a QP not created on a CM id or not yet ready to send (the QP is
+    /// dropped).
+    pub fn established(self) -> Result<Qp<Rts>> {
+        if self.inner.cm.is_none() || self.query_state()? != QpState::Rts {
+            return Err(EINVAL);
+        }
+        Ok(self.into_state())
     }
 }
 
@@ -952,10 +1030,18 @@ impl Drop for QpInner {
         if let Some(srq) = &self.srq {
             srq.detach(self.ptr);
         }
-        // SAFETY: `ptr` is valid (invariant) and drained: no request is outstanding and no
-        // completion handler will look at `shared` again (receives from an SRQ complete
-        // through the SRQ).
-        let ret = unsafe { bindings::ib_destroy_qp_user(self.ptr, core::ptr::null_mut()) };
+        let ret = match &self.cm {
+            Some(id) => {
+                // SAFETY: As below; the QP is the id's (`rdma_destroy_qp` destroys it and
+                // clears it from the id, which `self.cm` keeps alive until after this).
+                unsafe { bindings::rdma_destroy_qp(id.id()) };
+                0
+            }
+            // SAFETY: `ptr` is valid (invariant) and drained: no request is outstanding and no
+            // completion handler will look at `shared` again (receives from an SRQ complete
+            // through the SRQ).
+            None => unsafe { bindings::ib_destroy_qp_user(self.ptr, core::ptr::null_mut()) },
+        };
         if ret != 0 {
             crate::pr_err!("kernel::rdma: destroying QP {} failed: {}\n", qpn, ret);
         }

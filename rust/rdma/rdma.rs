@@ -18,6 +18,7 @@
 pub mod addr;
 pub mod ah;
 pub mod client;
+pub mod cm;
 pub mod cq;
 pub mod device;
 pub mod dma;

@@ -125,6 +125,9 @@ rping_pair() {
 
 # --- modes ----------------------------------------------------------------------
 mode_test() {
+	if [ "$(arg rdmatest.only)" = cm ]; then
+		setup_loopback; ulp_cm; return
+	fi
 	suite_begin rdma_setup
 	check modprobe_rdma_rxe load_rxe
 	ip link set lo up
@@ -171,6 +174,7 @@ mode_test() {
 	suite_end
 
 	ulp_traffic
+	ulp_cm
 
 	# samples/: an RC message through a loopback QP pair on each device.
 	suite_begin rdma_samples
@@ -269,7 +273,15 @@ bad_ctl() {
 
 # The RDMA objects of each device (a re-added device gets a new index).
 rdma_resources() { rdma resource show | sed 's/^[0-9]*: //' | sort; }
-resources_as_before() { rdma_resources > /tmp/res-after; diff /tmp/res-before /tmp/res-after; }
+# (User-space peers such as rping give their objects back as their files close:
+# allow a few seconds.)
+resources_as_before() {
+	wait_for 10 sh -c 'rdma_resources() { rdma resource show | sed "s/^[0-9]*: //" | sort; }; rdma_resources | cmp -s - /tmp/res-before' && return 0
+	rdma_resources > /tmp/res-after
+	diff /tmp/res-before /tmp/res-after
+	rdma resource show cm_id; rdma resource show pd; rdma resource show cq
+	return 1
+}
 
 # ulp_device_totals: each device's line sums the messages and errors of its rows.
 ulp_device_totals() {
@@ -387,6 +399,161 @@ ulp_traffic() {
 	check stop_mid_run ulp_stop_mid_run
 	check link_delete_mid_run ulp_link_delete_mid_run
 	check rmmod_mid_run ulp_rmmod_mid_run
+	check resources_released resources_as_before
+	suite_end
+}
+
+# --- rdma_rust_ulp over rdma_cm -----------------------------------------------
+# listening ADDR PORT: some rdma_cm id listens on ADDR:PORT
+listening() { rdma resource show cm_id | grep LISTEN | grep -q "src-addr $1:$2 "; }
+# rping_log FILE WHAT: rping's output for the log (first and last lines)
+rping_log() {
+	head -n 2 "$1" | while IFS= read -r l; do kmsg "rdmatest: $2: $l"; done
+	tail -n 2 "$1" | while IFS= read -r l; do kmsg "rdmatest: $2: $l"; done
+}
+# ulp_cm_start KEY=VALUE...: start a CM client, retrying while the server is not
+# listening yet (refused) for up to 120 s
+ulp_cm_start() {
+	local i
+	for i in $(seq 1 120); do
+		mark
+		ulp_ctl start "$@" && return 0
+		since_mark | grep -q 'rejected the connection (reason 8)\|unreachable' || return 1
+		sleep 1
+	done
+	return 1
+}
+# ulp_cm_serve_rping ADDR PORT COUNT SIZE...: the ULP listens on ADDR:PORT, and
+# `rping -c -v -V` pings it COUNT times with each SIZE in turn: rping exits 0 and
+# prints every ping; the server run counts every round trip, all intact.
+ulp_cm_serve_rping() {
+	local a=$1 port=$2 n=$3 id rc size total=0
+	shift 3
+	for size in "$@"; do total=$((total + n)); done
+	ulp_ctl start cm=server addr="$a" port="$port" count="$total" || return 1
+	id=$(ulp_last_id)
+	for size in "$@"; do
+		timeout 300 rping -c -a "$a" -p "$port" -C "$n" -S "$size" -v -V > /tmp/rping-ulp 2> /tmp/rping-ulp.err
+		rc=$?
+		cat /tmp/rping-ulp.err >> /tmp/rping-ulp
+		rping_log /tmp/rping-ulp "rping -c -a $a -p $port -C $n -S $size -v -V (exit $rc)"
+		[ $rc = 0 ] || { tail -n 5 /tmp/rping-ulp; ulp_ctl stop id="$id"; return 1; }
+		# -v prints each ping's data as it came back.
+		[ "$(grep -c 'ping data: rdma-ping-' /tmp/rping-ulp)" = "$n" ] &&
+			grep -q "ping data: rdma-ping-$((n - 1)): " /tmp/rping-ulp ||
+			{ grep -v 'ping data: rdma-ping-' /tmp/rping-ulp | head; echo "rping printed $(grep -c 'ping data: rdma-ping-' /tmp/rping-ulp) of $n pings"; ulp_ctl stop id="$id"; return 1; }
+	done
+	ulp_ctl wait id="$id" || return 1
+	ulp_clean "$id" "$total" 1
+}
+# rping_to ADDR PORT COUNT SIZE: `rping -c -v -V` to a server on another host,
+# retried while it is not listening yet; rping exits 0 and prints every ping.
+rping_to() {
+	local i rc
+	for i in $(seq 1 60); do
+		timeout 300 rping -c -a "$1" -p "$2" -C "$3" -S "$4" -v -V > /tmp/rping-to 2> /tmp/rping-to.err
+		rc=$?
+		[ $rc = 0 ] && break
+		grep -q -i 'reject\|refused\|unreachable\|connect error' /tmp/rping-to.err || break
+		sleep 1
+	done
+	cat /tmp/rping-to.err >> /tmp/rping-to
+	rping_log /tmp/rping-to "rping -c -a $1 -p $2 -C $3 -S $4 -v -V (exit $rc)"
+	[ $rc = 0 ] || { tail -n 5 /tmp/rping-to; return 1; }
+	[ "$(grep -c 'ping data: rdma-ping-' /tmp/rping-to)" = "$3" ] &&
+		grep -q "ping data: rdma-ping-$(($3 - 1)): " /tmp/rping-to
+}
+# ulp_cm_ping_rping ADDR PORT COUNT SIZE: `rping -s -V` listens; the ULP's
+# client pings it COUNT times, validating each round trip; rping exits 0.
+ulp_cm_ping_rping() {
+	local a=$1 port=$2 n=$3 size=$4 id pid rc src
+	rping -s -a "$a" -p "$port" -V > /tmp/rping-srv 2>&1 &
+	pid=$!
+	wait_for 20 listening "$a" "$port" || { kill $pid; echo "rping -s is not listening"; return 1; }
+	ulp_ctl start cm=client addr="$a" port="$port" size="$size" count="$n" wait=1
+	rc=$?
+	id=$(ulp_last_id)
+	wait_for 30 sh -c "! kill -0 $pid 2> /dev/null" || kill $pid
+	wait $pid
+	src=$?
+	rping_log /tmp/rping-srv "rping -s -a $a -p $port -V (exit $src)"
+	[ $rc = 0 ] || { echo "the ULP client failed"; return 1; }
+	ulp_clean "$id" "$n" 0 && [ $src = 0 ]
+}
+# ulp_cm_pair ADDR PORT MODE COUNT SIZE: a ULP server and a ULP client
+ulp_cm_pair() {
+	local a=$1 port=$2 mode=$3 n=$4 size=$5 sid cid
+	ulp_ctl start cm=server mode="$mode" addr="$a" port="$port" count="$n" size="$size" || return 1
+	sid=$(ulp_last_id)
+	ulp_ctl start cm=client mode="$mode" addr="$a" port="$port" count="$n" size="$size" wait=1 ||
+		{ ulp_ctl stop id="$sid"; return 1; }
+	cid=$(ulp_last_id)
+	if [ "$mode" = ud ]; then
+		# UD may drop datagrams: what did not arrive is counted, not hidden.
+		wait_for 10 ulp_has "$sid" received "$n" || ulp_ctl stop id="$sid"
+		ulp_ctl wait id="$sid"
+		ulp_row "$cid"; ulp_row "$sid"
+		kmsg "rdmatest: ULP UD over rdma_cm to $a: $(ulp_stat "$sid" received) of $n datagrams arrived"
+		[ "$(ulp_stat "$cid" messages)" = "$n" ] && [ "$(ulp_stat "$cid" errors)" = 0 ] &&
+			[ "$(ulp_stat "$sid" received)" -gt 0 ] && [ "$(ulp_stat "$sid" corrupt)" = 0 ] &&
+			[ "$(ulp_stat "$sid" dup)" = 0 ] && [ "$(ulp_stat "$sid" errors)" = 0 ]
+	else
+		ulp_ctl wait id="$sid" || return 1
+		ulp_clean "$cid" "$n" 0 && ulp_clean "$sid" "$n" 1
+	fi
+}
+# ulp_cm_refused: no listener on the port: REJECTED, a clean error, no run left
+ulp_cm_refused() {
+	mark
+	! ulp_ctl start cm=client addr=10.77.0.1 port=7299 count=10 || { echo "start succeeded"; return 1; }
+	since_mark | grep -q 'rejected the connection (reason 8)' || { since_mark; return 1; }
+}
+# ulp_cm_unreachable: nobody has the address: the resolution fails, no hang
+ulp_cm_unreachable() {
+	mark
+	! timeout 60 sh -c "echo start cm=client addr=10.77.0.99 port=7299 > $ULP/ctl" || return 1
+	since_mark | grep -q 'cannot resolve 10.77.0.99:7299' || { since_mark; return 1; }
+}
+# ulp_cm_too_big: a server that cannot take the client's buffer rejects it with
+# private data saying what it takes; the client reports it
+ulp_cm_too_big() {
+	local sid
+	ulp_ctl start cm=server addr=10.77.0.1 port=7206 size=1024 || return 1
+	sid=$(ulp_last_id)
+	mark
+	! ulp_ctl start cm=client addr=10.77.0.1 port=7206 size=4096 count=10 || return 1
+	ulp_ctl stop id="$sid"
+	since_mark | grep -q 'rejected the connection: it takes buffers up to 1024 bytes' || { since_mark; return 1; }
+}
+# ulp_cm_link_delete: `rdma link delete` under an established connection (both
+# ends on rxe1): both runs stop and free everything from remove(), promptly.
+ulp_cm_link_delete() {
+	ulp_ctl start cm=server addr=10.77.1.1 port=7207 || return 1
+	ulp_ctl start cm=client addr=10.77.1.1 port=7207 count=1000000000 || return 1
+	id=$(ulp_last_id)
+	sleep 1
+	[ "$(ulp_stat "$id" messages)" -gt 0 ] || { ulp_row "$id"; echo "no pings yet"; return 1; }
+	mark
+	timeout 30 rdma link delete rxe1 || { echo "rdma link delete failed"; return 1; }
+	since_mark | grep -q "rdma_rust_ulp: rxe1: detached (2 runs stopped)" || { since_mark; return 1; }
+	add_rxe rxe1 veth1 || { echo "rxe1 did not come back"; return 1; }
+	ulp_cm_pair 10.77.1.1 7208 rc 50 256
+}
+# The ULP over rdma_cm in one guest: against rping both ways, against itself
+# (RC and UD), refused and unreachable peers, device removal under a connection.
+ulp_cm() {
+	suite_begin rdma_ulp_cm
+	rdma_resources > /tmp/res-before
+	check insmod insmod /lib/modules/extra/rdma_rust_ulp.ko
+	check rping_client_to_ulp_server ulp_cm_serve_rping 10.77.0.1 7201 1000 64 4096
+	check ulp_client_to_rping_server ulp_cm_ping_rping 10.77.0.1 7202 1000 64
+	check ulp_client_to_ulp_server_rc ulp_cm_pair 10.77.0.1 7203 rc 300 4096
+	check ulp_client_to_ulp_server_ud ulp_cm_pair 10.77.0.1 7204 ud 300 1024
+	check no_listener_rejected ulp_cm_refused
+	check no_host_unreachable ulp_cm_unreachable
+	check oversize_rejected_with_reason ulp_cm_too_big
+	check link_delete_under_connection ulp_cm_link_delete
+	check rmmod timeout 30 rmmod rdma_rust_ulp
 	check resources_released resources_as_before
 	suite_end
 }
@@ -516,6 +683,88 @@ ulp_peer_ud_server() {
 		[ "$(ulp_stat "$id" dup)" = 0 ] && [ "$(ulp_stat "$id" errors)" = 0 ]
 }
 
+# --- rdma_rust_ulp over rdma_cm between the guests (peer-a 10.88.0.1, peer-b
+# 10.88.0.2); a client retries until its server listens. Cross-guest round
+# trips take ~0.2 s under TCG, so these use the peers' count (100), not 1000.
+# a: rping -c to b's ULP server (both sizes); b: the server's side.
+cm_peer_b_serve_rping() {
+	local id n=$count
+	ulp_ctl start cm=server addr=10.88.0.2 port=7301 count=$((2 * n)) || return 1
+	id=$(ulp_last_id)
+	ulp_ctl wait id="$id" || { ulp_row "$id"; ulp_ctl stop id="$id"; return 1; }
+	ulp_clean "$id" $((2 * n)) 1
+}
+cm_peer_a_rping_to_ulp() { rping_to 10.88.0.2 7301 "$count" 64 && rping_to 10.88.0.2 7301 "$count" 4096; }
+# a: `rping -s` for b's ULP client; b: the ULP client, validating each round trip.
+cm_peer_a_rping_serves() {
+	timeout 300 rping -s -a 10.88.0.1 -p 7302 -V > /tmp/rping-srv 2>&1
+	rc=$?
+	rping_log /tmp/rping-srv "rping -s -a 10.88.0.1 -p 7302 -V (exit $rc)"
+	[ $rc = 0 ]
+}
+cm_peer_b_ulp_to_rping() {
+	ulp_cm_start cm=client addr=10.88.0.1 port=7302 size=64 count="$count" wait=1 || return 1
+	ulp_clean "$(ulp_last_id)" "$count" 0
+}
+# ULP to ULP, RC (a serves) and UD (b serves).
+cm_peer_a_rc_server() {
+	local id
+	ulp_ctl start cm=server addr=10.88.0.1 port=7303 size=4096 count="$count" || return 1
+	id=$(ulp_last_id)
+	ulp_ctl wait id="$id" || { ulp_row "$id"; ulp_ctl stop id="$id"; return 1; }
+	ulp_clean "$id" "$count" 1
+}
+cm_peer_b_rc_client() {
+	ulp_cm_start cm=client addr=10.88.0.1 port=7303 size=4096 count="$count" wait=1 || return 1
+	ulp_clean "$(ulp_last_id)" "$count" 0
+}
+cm_peer_b_ud_server() {
+	local id got
+	ulp_ctl start cm=server mode=ud addr=10.88.0.2 port=7304 size=1024 count="$count" || return 1
+	id=$(ulp_last_id)
+	[ "$(nc_recv 5006)" = done ] || { ulp_ctl stop id="$id"; echo "the client did not finish"; return 1; }
+	wait_for 10 ulp_has "$id" received "$count" || ulp_ctl stop id="$id"
+	ulp_ctl wait id="$id"
+	got=$(ulp_stat "$id" received)
+	ulp_row "$id"
+	kmsg "rdmatest: ULP UD over rdma_cm between the guests: $got of $count datagrams arrived"
+	[ "$got" -gt 0 ] && [ "$(ulp_stat "$id" corrupt)" = 0 ] &&
+		[ "$(ulp_stat "$id" dup)" = 0 ] && [ "$(ulp_stat "$id" errors)" = 0 ]
+}
+cm_peer_a_ud_client() {
+	local id
+	ulp_cm_start cm=client mode=ud addr=10.88.0.2 port=7304 size=1024 count="$count" wait=1 || return 1
+	id=$(ulp_last_id)
+	nc_send 10.88.0.2 5006 done
+	[ "$(ulp_stat "$id" messages)" = "$count" ] && [ "$(ulp_stat "$id" errors)" = 0 ]
+}
+# b deletes its device under a connection to a's server: b's run is stopped
+# and freed by remove(); a's server sees the disconnect and frees the
+# connection; neither hangs.
+cm_peer_a_link_delete_server() {
+	local id
+	mark
+	ulp_ctl start cm=server addr=10.88.0.1 port=7305 size=4096 || return 1
+	id=$(ulp_last_id)
+	wait_for 240 sh -c "dmesg | sed -n '/rdmatest: mark $marks\$/,\$p' | grep -q 'run $id: 10.88.0.2:[0-9]* disconnected after'" ||
+		{ ulp_row "$id"; since_mark; ulp_ctl stop id="$id"; echo "no disconnect seen"; return 1; }
+	ulp_row "$id"
+	[ "$(ulp_stat "$id" messages)" -gt 0 ] && [ "$(ulp_stat "$id" errors)" = 0 ] &&
+		ulp_ctl stop id="$id"
+}
+cm_peer_b_link_delete_client() {
+	local id t0
+	ulp_cm_start cm=client addr=10.88.0.1 port=7305 size=4096 count=1000000000 || return 1
+	id=$(ulp_last_id)
+	wait_for 60 sh -c "[ \$(awk -v id=$id 'NR == 1 { for (i = 1; i <= NF; i++) h[\$i] = i; next } \$1 == id { print \$(h[\"messages\"]) }' $ULP/stats) -gt 2 ]" ||
+		{ ulp_row "$id"; echo "no round trips"; return 1; }
+	mark
+	t0=$(uptime_ms)
+	timeout 60 rdma link delete rxe0 || { echo "rdma link delete failed"; return 1; }
+	echo "rdma link delete took $(( $(uptime_ms) - t0 )) ms"
+	since_mark | grep -q "rdma_rust_ulp: rxe0: detached (1 runs stopped)" || { since_mark; return 1; }
+}
+
 mode_peer_a() {
 	suite_begin rdma_peer_a
 	check rxe0_on_eth0 setup_peer 10.88.0.1
@@ -526,6 +775,11 @@ mode_peer_a() {
 	check ulp_insmod insmod /lib/modules/extra/rdma_rust_ulp.ko
 	check ulp_rc_client_to_peer ulp_peer_rc_client
 	check ulp_ud_client_to_peer ulp_peer_ud_client
+	check cm_rping_client_to_peer_ulp_server cm_peer_a_rping_to_ulp
+	check cm_rping_server_for_peer_ulp_client cm_peer_a_rping_serves
+	check cm_ulp_rc_server_for_peer cm_peer_a_rc_server
+	check cm_ulp_ud_client_to_peer cm_peer_a_ud_client
+	check cm_peer_link_delete_seen cm_peer_a_link_delete_server
 	cat $ULP/stats | while IFS= read -r l; do kmsg "rdmatest: peer-a: $l"; done
 	check ulp_rmmod timeout 30 rmmod rdma_rust_ulp
 	suite_end
@@ -559,6 +813,11 @@ mode_peer_b() {
 	check ulp_insmod insmod /lib/modules/extra/rdma_rust_ulp.ko
 	check ulp_rc_server_from_peer ulp_peer_rc_server
 	check ulp_ud_server_from_peer ulp_peer_ud_server
+	check cm_ulp_server_for_peer_rping cm_peer_b_serve_rping
+	check cm_ulp_client_to_peer_rping_server cm_peer_b_ulp_to_rping
+	check cm_ulp_rc_client_to_peer cm_peer_b_rc_client
+	check cm_ulp_ud_server_for_peer cm_peer_b_ud_server
+	check cm_link_delete_under_connection cm_peer_b_link_delete_client
 	cat $ULP/stats | while IFS= read -r l; do kmsg "rdmatest: peer-b: $l"; done
 	check ulp_rmmod timeout 30 rmmod rdma_rust_ulp
 	suite_end

@@ -8,7 +8,9 @@
 #
 # Environment: RDMA_RUST_CACHE (build cache), RDMA_RUST_LOGS (logs),
 # VM_TIMEOUT (seconds per boot, default 900), PEER_COUNT/PEER_SIZE (rping
-# between the two guests), TOPOLOGY=loopback|peers|all (default all).
+# between the two guests), TOPOLOGY=loopback|peers|all (default all),
+# RDMATEST_EXTRA (more loopback-guest arguments; rdmatest.only=cm runs only the
+# rdma_cm suite there, for quick iterations).
 . "$(dirname "$0")/lib.sh"
 
 mode=${1:-test}
@@ -103,7 +105,7 @@ guests=() expect=rust_doctests_kernel
 t1=$(date +%s)
 if [ "$TOPOLOGY" != peers ]; then
 	log "one guest, loopback topology (log: $run_dir/loopback.log)"
-	vm loopback "rdmatest=test" -smp 2 -net none &
+	vm loopback "rdmatest=test ${RDMATEST_EXTRA:-}" -smp 2 -net none &
 	lpid=$!
 fi
 if [ "$TOPOLOGY" != loopback ]; then

@@ -1,0 +1,905 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The RDMA connection manager (`rdma_cm`): reaching a peer by its IP address.
+//!
+//! C header: [`include/rdma/rdma_cm.h`](srctree/include/rdma/rdma_cm.h)
+//!
+//! A [`CmId`] is the kernel's `rdma_cm_id`: an active side resolves the peer's address and
+//! route ([`Id::resolve_addr`], [`Id::resolve_route`]), creates its QP on the id
+//! ([`CmId::create_qp`]) and connects ([`Id::connect`]); a passive side binds and listens
+//! ([`Id::bind`], [`Id::listen`]) and is handed each connection request as an
+//! [`Event::ConnectRequest`], which it takes ([`Request::take`], with the new connection's own
+//! handler), gives a QP and accepts, or rejects. The same calls run UD "connections"
+//! ([`PortSpace::Udp`]): the request/reply exchange (SIDR) gives the client the server's QP
+//! number and Q_Key and an address handle ([`UdPeer`]), so a datagram peer needs only its IP.
+//!
+//! Events reach the [`Handler`] of the id in process context (the CM's work queue), one at a
+//! time per id, with the id's handler lock held: handlers may sleep, and `rdma_accept` (and
+//! `rdma_connect` from a handler) must run there. A QP created on an id is moved through its
+//! states by the CM; [`Qp::established`] checks that it is ready to send.
+//!
+//! Destroying an id (`rdma_destroy_id`) waits for its running handler, so an id must not be
+//! destroyed from its own handler. Dropping the last [`CmId`] (or the QP on it) does the right
+//! thing wherever it happens:
+//!
+//! - outside any handler of the id: the id is destroyed there and then (this sleeps);
+//! - inside the id's own handler: the handler's return value tells the CM to destroy the id
+//!   (the documented way: "returning a non-zero value from the callback destroys the id"),
+//!   which is also how a device removal ([`Event::DeviceRemoval`]) is best answered;
+//! - a listener dropped while it handles a connection request (its lock is held by the CM):
+//!   it is destroyed from a work item once the handler has returned.
+//!
+//! In every case the handler itself is dropped before the call that dropped the id returns
+//! or the handler returns, so no code of the owning module runs afterwards.
+
+use super::{
+    ah::Ah,
+    cq::Cq,
+    device::Device,
+    pd::Pd,
+    qp::{Init, Qp, QpCaps, QpType},
+    sync::might_sleep,
+};
+use crate::{
+    alloc::{flags::GFP_KERNEL, KBox},
+    bindings,
+    error::{code::*, from_err_ptr, to_result, Error, Result},
+    sync::Arc,
+    types::{ARef, Opaque},
+};
+use core::{
+    cell::Cell,
+    fmt,
+    marker::PhantomData,
+    sync::atomic::{AtomicBool, AtomicPtr, Ordering},
+};
+
+/// The Q_Key the CM gives UD QPs of the UDP port space (`RDMA_UDP_QKEY`).
+pub const UDP_QKEY: u32 = 0x0123_4567;
+
+/// Longest private data of a connect, accept or reject (the CM's own limits are lower on
+/// some transports: 56 bytes in an IB CM connection request carrying the CM's header).
+pub const MAX_PRIVATE_DATA: usize = 255;
+
+/// The reject reason "consumer defined" (`IB_CM_REJ_CONSUMER_DEFINED`, `rdma/ib_cm.h`).
+const REJ_CONSUMER_DEFINED: u8 = 28;
+
+/// What kind of connections an id makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PortSpace {
+    /// Reliable connections (`RDMA_PS_TCP`, RC QPs).
+    Tcp,
+    /// Datagrams (`RDMA_PS_UDP`, UD QPs).
+    Udp,
+}
+
+impl PortSpace {
+    fn raw(self) -> (bindings::rdma_ucm_port_space, bindings::ib_qp_type) {
+        match self {
+            PortSpace::Tcp => (
+                bindings::rdma_ucm_port_space_RDMA_PS_TCP,
+                bindings::ib_qp_type_IB_QPT_RC,
+            ),
+            PortSpace::Udp => (
+                bindings::rdma_ucm_port_space_RDMA_PS_UDP,
+                bindings::ib_qp_type_IB_QPT_UD,
+            ),
+        }
+    }
+
+    /// The QP type of connections in this port space.
+    pub fn qp_type(self) -> QpType {
+        match self {
+            PortSpace::Tcp => QpType::Rc,
+            PortSpace::Udp => QpType::Ud,
+        }
+    }
+}
+
+/// An IPv4 address and port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SockAddrV4 {
+    /// The address, most significant byte first (`[10, 0, 0, 1]` is 10.0.0.1).
+    pub ip: [u8; 4],
+    /// The port (0: any, for a bind).
+    pub port: u16,
+}
+
+impl SockAddrV4 {
+    fn to_raw(self) -> bindings::sockaddr_in {
+        // SAFETY: All-zeroes is a valid `sockaddr_in` (the padding must be zero).
+        let mut sin: bindings::sockaddr_in = unsafe { core::mem::zeroed() };
+        sin.sin_family = bindings::AF_INET as u16;
+        sin.sin_port = self.port.to_be();
+        sin.sin_addr.s_addr = u32::from_ne_bytes(self.ip);
+        sin
+    }
+
+    /// # Safety
+    ///
+    /// `ss` must point at a valid socket address.
+    unsafe fn from_raw(ss: *const bindings::__kernel_sockaddr_storage) -> Option<Self> {
+        let sin = ss.cast::<bindings::sockaddr_in>();
+        // SAFETY: Every socket address starts with its family; `sockaddr_storage` is large
+        // enough for a `sockaddr_in`, which it holds when the family says so.
+        unsafe {
+            if u32::from((*sin).sin_family) != bindings::AF_INET {
+                return None;
+            }
+            Some(Self {
+                ip: (*sin).sin_addr.s_addr.to_ne_bytes(),
+                port: u16::from_be((*sin).sin_port),
+            })
+        }
+    }
+}
+
+impl fmt::Display for SockAddrV4 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let [a, b, c, d] = self.ip;
+        write!(f, "{a}.{b}.{c}.{d}:{}", self.port)
+    }
+}
+
+/// The parameters of a connect or accept (`struct rdma_conn_param`).
+#[derive(Clone, Copy, Debug)]
+pub struct ConnParam<'a> {
+    /// Sent to the peer (at most [`MAX_PRIVATE_DATA`] bytes; the transport may allow less).
+    pub private_data: &'a [u8],
+    /// RDMA READs and atomics the peer may have outstanding against this side.
+    pub responder_resources: u8,
+    /// RDMA READs and atomics this side may have outstanding against the peer.
+    pub initiator_depth: u8,
+    /// Transport retries (connect only).
+    pub retry_count: u8,
+    /// Receiver-not-ready retries (7: without limit).
+    pub rnr_retry_count: u8,
+    /// Accepting without a QP on the id: the QP number to announce (a UD server answering
+    /// every request with one QP created on its listener); 0 otherwise.
+    pub qp_num: u32,
+    /// UD accept: the Q_Key to announce (0: the port space's, [`UDP_QKEY`]).
+    pub qkey: u32,
+}
+
+impl Default for ConnParam<'_> {
+    fn default() -> Self {
+        Self {
+            private_data: &[],
+            responder_resources: 1,
+            initiator_depth: 1,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            qp_num: 0,
+            qkey: 0,
+        }
+    }
+}
+
+impl ConnParam<'_> {
+    fn to_raw(self) -> Result<bindings::rdma_conn_param> {
+        let len = u8::try_from(self.private_data.len()).map_err(|_| EINVAL)?;
+        // SAFETY: All-zeroes is a valid `rdma_conn_param` (no private data, no SRQ).
+        let mut p: bindings::rdma_conn_param = unsafe { core::mem::zeroed() };
+        if len > 0 {
+            p.private_data = self.private_data.as_ptr().cast();
+        }
+        p.private_data_len = len;
+        p.responder_resources = self.responder_resources;
+        p.initiator_depth = self.initiator_depth;
+        p.retry_count = self.retry_count.min(7);
+        p.rnr_retry_count = self.rnr_retry_count.min(7);
+        p.qp_num = self.qp_num;
+        p.qkey = self.qkey;
+        Ok(p)
+    }
+}
+
+/// Receives the events of a [`CmId`].
+///
+/// Called in process context, one event at a time per id, with the id's handler lock held
+/// (see the [module documentation](self)); may sleep.
+pub trait Handler: Send + Sync + Sized + 'static {
+    /// Handles `event` of `id` (for [`Event::ConnectRequest`], `id` is the listener).
+    fn event(&self, id: &Id, event: Event<'_, Self>);
+}
+
+/// An event of a [`CmId`].
+pub enum Event<'a, H: Handler> {
+    /// [`Id::resolve_addr`] found the local device for the peer's address.
+    AddrResolved,
+    /// [`Id::resolve_addr`] failed (no route or neighbour: the peer is unreachable).
+    AddrError(Error),
+    /// [`Id::resolve_route`] succeeded: the id may connect.
+    RouteResolved,
+    /// [`Id::resolve_route`] failed.
+    RouteError(Error),
+    /// A peer asks a listener for a connection.
+    ConnectRequest(Request<'a, H>),
+    /// Setting up the connection failed (the QP could not be moved, for example).
+    ConnectError(Error),
+    /// The peer did not answer, or (UD) refused.
+    Unreachable(Error),
+    /// The peer refused the connection (no listener on the port: reason 8, "invalid service
+    /// ID"; a consumer's reject: reason 28), with its private data.
+    Rejected {
+        /// The transport's reject reason.
+        reason: i32,
+        /// The peer's private data, padded by the transport.
+        private_data: &'a [u8],
+    },
+    /// The connection is up; the QP of the id is ready to send.
+    Established {
+        /// The peer's private data (padded by the transport to its fixed size).
+        private_data: &'a [u8],
+        /// UD: how to reach the peer's QP.
+        ud: Option<UdPeer<'a>>,
+    },
+    /// The peer disconnected (or [`Id::disconnect`] completed): the QP is in the error state.
+    Disconnected,
+    /// The device of the id is going away: every resource on it must be freed (drop the QP
+    /// and the id; from this handler, dropping the id is the way to do it).
+    DeviceRemoval,
+    /// The address the id is bound to moved to another device.
+    AddrChange,
+    /// The connection's time-wait is over; its QP number may be reused.
+    TimewaitExit,
+    /// Any other event (raw event number and status).
+    Other(u32, i32),
+}
+
+/// A connection request, handed to a listener's [`Handler`].
+///
+/// Dropping it refuses the connection (the CM destroys the new id and the peer gets a
+/// reject); [`Request::take`] keeps it.
+pub struct Request<'a, H: Handler> {
+    id: *mut bindings::rdma_cm_id,
+    event: &'a bindings::rdma_cm_event,
+    taken: &'a Cell<*mut Ctx>,
+    _h: PhantomData<H>,
+}
+
+impl<H: Handler> Request<'_, H> {
+    /// The peer's private data, padded by the transport to its fixed size.
+    pub fn private_data(&self) -> &[u8] {
+        // SAFETY: The event is valid for the lifetime of the request; the connection and UD
+        // parameters both start with the private data pointer and its length.
+        unsafe { private_data(&self.event.param.conn) }
+    }
+
+    /// The RDMA READs the peer will have outstanding against this side (its initiator depth).
+    pub fn initiator_depth(&self) -> u8 {
+        // SAFETY: The event is a connection request; for UD the field reads as 0.
+        unsafe { self.event.param.conn.initiator_depth }
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> Option<SockAddrV4> {
+        // SAFETY: The new id is valid; the CM filled in its route from the request.
+        unsafe { SockAddrV4::from_raw(&raw const (*self.id).route.addr.dst_addr) }
+    }
+
+    /// Keeps the connection: its events go to `handler` from now on. The caller creates the
+    /// QP on the returned id and accepts ([`Id::accept`]) before its handler returns; if it
+    /// drops the id instead, the connection is refused.
+    pub fn take(self, handler: H) -> Result<CmId<H>> {
+        // SAFETY: The new id is valid and its handler lock is held by the CM (this runs in the
+        // listener's handler for it), so its context may change: its next event comes after.
+        let core = unsafe { IdCore::new(self.id, handler, true) }?;
+        self.taken.set(core.ctx);
+        Ok(CmId {
+            core: Arc::new(core, GFP_KERNEL)?,
+            _h: PhantomData,
+        })
+    }
+
+    /// Refuses the connection with `private_data` (reason "consumer defined").
+    pub fn reject(self, private_data: &[u8]) -> Result {
+        let len = u8::try_from(private_data.len()).map_err(|_| EINVAL)?;
+        // SAFETY: The new id is valid; the buffer lives for the call.
+        to_result(unsafe {
+            bindings::rdma_reject(
+                self.id,
+                private_data.as_ptr().cast(),
+                len,
+                REJ_CONSUMER_DEFINED,
+            )
+        })
+    }
+}
+
+/// # Safety
+///
+/// `p` must be valid, with `private_data_len` bytes at `private_data` (or a null pointer).
+unsafe fn private_data<'a>(p: &'a bindings::rdma_conn_param) -> &'a [u8] {
+    if p.private_data.is_null() {
+        return &[];
+    }
+    // SAFETY: Per the safety requirements.
+    unsafe { core::slice::from_raw_parts(p.private_data.cast::<u8>(), p.private_data_len.into()) }
+}
+
+/// How a UD client reaches the server's QP: from an [`Event::Established`] of the UDP port
+/// space.
+pub struct UdPeer<'a> {
+    param: &'a bindings::rdma_ud_param,
+}
+
+impl UdPeer<'_> {
+    /// The peer's QP number.
+    pub fn qpn(&self) -> u32 {
+        self.param.qp_num
+    }
+
+    /// The peer's Q_Key.
+    pub fn qkey(&self) -> u32 {
+        self.param.qkey
+    }
+
+    /// An address handle to the peer on `pd` (which must be on the id's device). Sleeps.
+    pub fn create_ah(&self, pd: &Arc<Pd>) -> Result<Arc<Ah>> {
+        let mut attr = self.param.ah_attr;
+        // SAFETY: `attr` is the CM's resolved address vector, valid (with its GID attribute
+        // reference, which the CM holds) for the handler call this runs in.
+        unsafe { Ah::from_attr(pd, &mut attr) }
+    }
+}
+
+/// The C-side context of an id: what its events need. Allocated with the id, freed after it
+/// is destroyed.
+struct Ctx {
+    id: *mut bindings::rdma_cm_id,
+    /// The `KBox<H>` of the handler; null once dropped.
+    handler: AtomicPtr<core::ffi::c_void>,
+    drop_handler: unsafe fn(*mut core::ffi::c_void),
+    /// The task running a handler of this id (holding its handler lock), if any.
+    locked_by: AtomicPtr<bindings::task_struct>,
+    /// The last reference went while the id's handler lock was held: the handler's return
+    /// path (or a work item) destroys the id.
+    doomed: AtomicBool,
+    work: Opaque<bindings::work_struct>,
+}
+
+/// # Safety
+///
+/// `p` must come from `KBox::<H>::into_raw` and not be used again.
+unsafe fn drop_handler<H>(p: *mut core::ffi::c_void) {
+    // SAFETY: Per the safety requirements.
+    drop(unsafe { KBox::from_raw(p.cast::<H>()) });
+}
+
+fn current() -> *mut bindings::task_struct {
+    // SAFETY: `get_current` has no preconditions.
+    unsafe { bindings::get_current() }
+}
+
+impl Ctx {
+    fn locked_here(&self) -> bool {
+        self.locked_by.load(Ordering::Acquire) == current()
+    }
+
+    fn drop_handler(&self) {
+        let h = self.handler.swap(core::ptr::null_mut(), Ordering::AcqRel);
+        if !h.is_null() {
+            // SAFETY: `h` came from `KBox::into_raw` of the handler type `drop_handler` drops;
+            // swapped out, so it is dropped once.
+            unsafe { (self.drop_handler)(h) };
+        }
+    }
+}
+
+/// Destroys a doomed listener from process context, once the CM has released its lock.
+///
+/// # Safety
+///
+/// `work` is the `work` field of a `Ctx` whose handler is dropped and which nothing else
+/// references.
+unsafe extern "C" fn destroy_work(work: *mut bindings::work_struct) {
+    let ctx = work
+        .cast::<u8>()
+        .wrapping_sub(core::mem::offset_of!(Ctx, work))
+        .cast::<Ctx>();
+    // SAFETY: `ctx` is the `Ctx` of the work item, owned by it (see `trampoline`).
+    let ctx = unsafe { KBox::from_raw(ctx) };
+    // SAFETY: The id is valid and no longer referenced by anything else.
+    unsafe { bindings::rdma_destroy_id(ctx.id) };
+}
+
+/// Owns an `rdma_cm_id`; dropping the last reference destroys it (see the module docs).
+///
+/// # Invariants
+///
+/// `ctx` is a leaked `KBox<Ctx>` whose `id` is valid and has `ctx` as its context.
+pub(crate) struct IdCore {
+    ctx: *mut Ctx,
+}
+
+// SAFETY: The CM serialises the verbs on an id internally; `Ctx` is only read or atomically
+// updated.
+unsafe impl Send for IdCore {}
+// SAFETY: As above.
+unsafe impl Sync for IdCore {}
+
+impl IdCore {
+    /// Wraps `id` with a new context holding `handler`.
+    ///
+    /// # Safety
+    ///
+    /// `id` must be a valid id that nothing else owns; if `in_handler`, its handler lock is held
+    /// by the current task, else no event of `id` can be delivered yet.
+    unsafe fn new<H: Handler>(
+        id: *mut bindings::rdma_cm_id,
+        handler: H,
+        in_handler: bool,
+    ) -> Result<Self> {
+        let h = KBox::into_raw(KBox::new(handler, GFP_KERNEL)?);
+        let ctx = KBox::new(
+            Ctx {
+                id,
+                handler: AtomicPtr::new(h.cast()),
+                drop_handler: drop_handler::<H>,
+                locked_by: AtomicPtr::new(if in_handler {
+                    current()
+                } else {
+                    core::ptr::null_mut()
+                }),
+                doomed: AtomicBool::new(false),
+                work: Opaque::uninit(),
+            },
+            GFP_KERNEL,
+        );
+        let ctx = match ctx {
+            Ok(c) => KBox::into_raw(c),
+            Err(e) => {
+                // SAFETY: `h` was just leaked and is not referenced.
+                unsafe { drop_handler::<H>(h.cast()) };
+                return Err(e.into());
+            }
+        };
+        if !id.is_null() {
+            // SAFETY: Per the safety requirements no event reads the context concurrently.
+            unsafe { (*id).context = ctx.cast() };
+        }
+        // INVARIANT: `id` has `ctx` as its context (or is set by the caller, see `CmId::new`).
+        Ok(Self { ctx })
+    }
+
+    fn ctx(&self) -> &Ctx {
+        // SAFETY: Valid until `self` is dropped (invariant).
+        unsafe { &*self.ctx }
+    }
+
+    pub(crate) fn id(&self) -> *mut bindings::rdma_cm_id {
+        self.ctx().id
+    }
+}
+
+impl Drop for IdCore {
+    fn drop(&mut self) {
+        let ctx = self.ctx();
+        if ctx.locked_here() {
+            // Inside a handler of this id: `trampoline` finishes the job when it returns.
+            ctx.doomed.store(true, Ordering::Release);
+            return;
+        }
+        might_sleep();
+        // SAFETY: The id is valid (invariant); this waits for a handler running elsewhere, and
+        // no event is delivered afterwards.
+        unsafe { bindings::rdma_destroy_id(ctx.id) };
+        ctx.drop_handler();
+        // SAFETY: Nothing references the context any more (the id is gone).
+        drop(unsafe { KBox::from_raw(self.ctx) });
+    }
+}
+
+/// A connection manager id with event handler `H`.
+///
+/// Dropping it destroys the id once the QP created on it is gone too (the QP holds it); see
+/// the [module documentation](self) for where that may happen.
+pub struct CmId<H: Handler> {
+    core: Arc<IdCore>,
+    _h: PhantomData<H>,
+}
+
+impl<H: Handler> CmId<H> {
+    /// Creates an id in the initial network namespace (`rdma_create_id`) whose events go to
+    /// `handler`. May sleep.
+    pub fn new(ps: PortSpace, handler: H) -> Result<Self> {
+        might_sleep();
+        // SAFETY: A null id is filled in below, before the id can have events.
+        let core = unsafe { IdCore::new::<H>(core::ptr::null_mut(), handler, false) }?;
+        let (raw_ps, qp_type) = ps.raw();
+        // SAFETY: `init_net` is a static; the context outlives the id (`IdCore` destroys the
+        // id before freeing it); `trampoline::<H>` matches the handler in the context.
+        let id = unsafe {
+            bindings::__rdma_create_kernel_id(
+                &raw mut bindings::init_net,
+                Some(trampoline::<H>),
+                core.ctx.cast(),
+                raw_ps,
+                qp_type,
+                c"kernel::rdma".as_ptr().cast(),
+            )
+        };
+        match from_err_ptr(id) {
+            Ok(id) => {
+                // SAFETY: The context is ours; the id has no event before an operation on it.
+                unsafe { (*core.ctx).id = id };
+                Ok(Self {
+                    core: Arc::new(core, GFP_KERNEL)?,
+                    _h: PhantomData,
+                })
+            }
+            Err(e) => {
+                let ctx = core.ctx;
+                core::mem::forget(core);
+                // SAFETY: No id was created: the context and handler are only ours.
+                let ctx = unsafe { KBox::from_raw(ctx) };
+                ctx.drop_handler();
+                Err(e)
+            }
+        }
+    }
+
+    /// The handler of the id.
+    pub fn handler(&self) -> &H {
+        let h = self.core.ctx().handler.load(Ordering::Acquire);
+        // SAFETY: The handler is dropped only when the last reference to the id goes, and
+        // `self` is one; it is a `KBox<H>` (type fixed by `CmId<H>`).
+        unsafe { &*h.cast::<H>() }
+    }
+
+    /// Creates the id's QP on `pd` (`rdma_create_qp`), reporting to `send_cq` and `recv_cq`.
+    /// The CM moves it to the states of the connection: it is in Init (RC) until the
+    /// connection is established, and ready to send right away for UD; see
+    /// [`Qp::established`]. Receives may be posted at once. Sleeps.
+    ///
+    /// The QP holds the id: the id lives until the QP is dropped. `EINVAL` before the id has a
+    /// device (resolve or bind it first), for a PD of another device, or as [`Qp::new`].
+    pub fn create_qp(
+        &self,
+        pd: &Arc<Pd>,
+        send_cq: &Arc<Cq>,
+        recv_cq: &Arc<Cq>,
+        caps: &QpCaps,
+    ) -> Result<Qp<Init>> {
+        Qp::create_on_cm(&self.core, pd, send_cq, recv_cq, caps)
+    }
+}
+
+impl<H: Handler> core::ops::Deref for CmId<H> {
+    type Target = Id;
+
+    fn deref(&self) -> &Id {
+        // SAFETY: The id is valid while `self` holds it.
+        unsafe { Id::from_raw(self.core.id()) }
+    }
+}
+
+/// The operations on an id, for its owner ([`CmId`] dereferences to it) and its handler.
+#[repr(transparent)]
+pub struct Id(Opaque<bindings::rdma_cm_id>);
+
+impl Id {
+    /// # Safety
+    ///
+    /// `ptr` must be a valid id created by this module, valid for `'a`.
+    unsafe fn from_raw<'a>(ptr: *mut bindings::rdma_cm_id) -> &'a Self {
+        // SAFETY: `Id` is a transparent wrapper of the id, which is valid for `'a`.
+        unsafe { &*ptr.cast::<Self>() }
+    }
+
+    fn raw(&self) -> *mut bindings::rdma_cm_id {
+        self.0.get()
+    }
+
+    fn ctx(&self) -> &Ctx {
+        // SAFETY: Every id of this module has its `Ctx` as context while it is valid.
+        unsafe { &*(*self.raw()).context.cast::<Ctx>() }
+    }
+
+    /// Finds the local device and address to reach `dst` (`rdma_resolve_addr`), binding to
+    /// `src` if given: [`Event::AddrResolved`] or [`Event::AddrError`] follows within
+    /// `timeout_ms`.
+    pub fn resolve_addr(
+        &self,
+        src: Option<SockAddrV4>,
+        dst: SockAddrV4,
+        timeout_ms: u32,
+    ) -> Result {
+        let src = src.map(SockAddrV4::to_raw);
+        let mut dst = dst.to_raw();
+        let src_ptr = src.as_ref().map_or(core::ptr::null_mut(), |s| {
+            (s as *const bindings::sockaddr_in).cast_mut()
+        });
+        // SAFETY: The id is valid; the CM copies both addresses before returning.
+        to_result(unsafe {
+            bindings::rdma_resolve_addr(
+                self.raw(),
+                src_ptr.cast(),
+                (&raw mut dst).cast(),
+                timeout_ms.max(1) as _,
+            )
+        })
+    }
+
+    /// Resolves the route to the peer (`rdma_resolve_route`) after [`Event::AddrResolved`]:
+    /// [`Event::RouteResolved`] or [`Event::RouteError`] follows.
+    pub fn resolve_route(&self, timeout_ms: u32) -> Result {
+        // SAFETY: The id is valid.
+        to_result(unsafe { bindings::rdma_resolve_route(self.raw(), timeout_ms.max(1) as _) })
+    }
+
+    /// Binds the id to a local address (`rdma_bind_addr`); an address of an RDMA device's
+    /// netdev also binds the id to that device. Port 0 picks one.
+    pub fn bind(&self, addr: SockAddrV4) -> Result {
+        let mut a = addr.to_raw();
+        // SAFETY: The id is valid; the CM copies the address.
+        to_result(unsafe { bindings::rdma_bind_addr(self.raw(), (&raw mut a).cast()) })
+    }
+
+    /// Listens for connection requests (`rdma_listen`), which arrive as
+    /// [`Event::ConnectRequest`]. `EINVAL` on an unbound id.
+    pub fn listen(&self, backlog: u32) -> Result {
+        let backlog = i32::try_from(backlog).map_err(|_| EINVAL)?;
+        // SAFETY: The id is valid.
+        to_result(unsafe { bindings::rdma_listen(self.raw(), backlog) })
+    }
+
+    /// Connects to the resolved peer with the id's QP (`rdma_connect`, or `rdma_connect_locked`
+    /// from the id's handler): [`Event::Established`], [`Event::Rejected`] or
+    /// [`Event::Unreachable`] follows. UD: sends the SIDR request.
+    pub fn connect(&self, param: &ConnParam<'_>) -> Result {
+        let mut p = param.to_raw()?;
+        let locked = self.ctx().locked_here();
+        // SAFETY: The id is valid; `p` and its private data live for the call (the CM copies
+        // them). The locked variant is used exactly when this task holds the handler lock.
+        to_result(unsafe {
+            if locked {
+                bindings::rdma_connect_locked(self.raw(), &mut p)
+            } else {
+                bindings::rdma_connect(self.raw(), &mut p)
+            }
+        })
+    }
+
+    /// Accepts the connection request of a taken id (`rdma_accept`): moves its QP to ready to
+    /// send and answers the peer. Only from the handler that took the request (`EINVAL`
+    /// elsewhere: the CM requires its lock). On failure the CM has rejected the peer.
+    pub fn accept(&self, param: &ConnParam<'_>) -> Result {
+        if !self.ctx().locked_here() {
+            crate::pr_err!("kernel::rdma: rdma_accept outside the id's event handler\n");
+            return Err(EINVAL);
+        }
+        let mut p = param.to_raw()?;
+        // SAFETY: The id is valid and its handler lock is held by this task (checked above).
+        to_result(unsafe { bindings::rdma_accept(self.raw(), &mut p) })
+    }
+
+    /// Refuses a connection request of a taken id (`rdma_reject`, reason "consumer defined").
+    pub fn reject(&self, private_data: &[u8]) -> Result {
+        let len = u8::try_from(private_data.len()).map_err(|_| EINVAL)?;
+        // SAFETY: The id is valid; the buffer lives for the call.
+        to_result(unsafe {
+            bindings::rdma_reject(
+                self.raw(),
+                private_data.as_ptr().cast(),
+                len,
+                REJ_CONSUMER_DEFINED,
+            )
+        })
+    }
+
+    /// Disconnects (`rdma_disconnect`): the QP moves to the error state (outstanding requests
+    /// flush) and both sides get [`Event::Disconnected`]. `EINVAL` if never connected.
+    pub fn disconnect(&self) -> Result {
+        // SAFETY: The id is valid.
+        to_result(unsafe { bindings::rdma_disconnect(self.raw()) })
+    }
+
+    /// The RDMA device the id is bound to (after address resolution or a bind to a device's
+    /// address).
+    pub fn device(&self) -> Option<ARef<Device>> {
+        // SAFETY: The id is valid; a bound id holds a reference to its device.
+        let dev = unsafe { (*self.raw()).device };
+        if dev.is_null() {
+            return None;
+        }
+        // SAFETY: The device is valid while the id is bound to it, which covers this call;
+        // `into` takes a reference of our own.
+        Some(unsafe { Device::from_raw(dev) }.into())
+    }
+
+    /// The port of the device the id is bound to (0 before).
+    pub fn port(&self) -> u32 {
+        // SAFETY: The id is valid.
+        unsafe { (*self.raw()).port_num }
+    }
+
+    /// The local address.
+    pub fn local_addr(&self) -> Option<SockAddrV4> {
+        // SAFETY: The id is valid; its address is a socket address.
+        unsafe { SockAddrV4::from_raw(&raw const (*self.raw()).route.addr.src_addr) }
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> Option<SockAddrV4> {
+        // SAFETY: The id is valid; its address is a socket address.
+        unsafe { SockAddrV4::from_raw(&raw const (*self.raw()).route.addr.dst_addr) }
+    }
+}
+
+/// Translates a CM event for `H` and calls it.
+///
+/// # Safety
+///
+/// Called by the CM with a valid id of this module whose context is a `Ctx` for `H` (for a
+/// connection request: the listener's), and a valid event, with the id's handler lock held.
+unsafe extern "C" fn trampoline<H: Handler>(
+    id: *mut bindings::rdma_cm_id,
+    ev: *mut bindings::rdma_cm_event,
+) -> crate::ffi::c_int {
+    // SAFETY: Per the safety requirements.
+    let (ctx_ptr, ev) = unsafe { ((*id).context.cast::<Ctx>(), &*ev) };
+    // SAFETY: The context is valid until the id is destroyed, which cannot happen while its
+    // handler lock is held.
+    let ctx = unsafe { &*ctx_ptr };
+    if ev.event == bindings::rdma_cm_event_type_RDMA_CM_EVENT_CONNECT_REQUEST {
+        // SAFETY: As for this function; `id` is the new id, `ctx` its listener's.
+        return unsafe { connect_request::<H>(id, ctx_ptr, ev) };
+    }
+    if ctx.doomed.load(Ordering::Acquire) {
+        // A work item is about to destroy the id; its handler is gone.
+        return 0;
+    }
+    let handler = ctx.handler.load(Ordering::Acquire);
+    if handler.is_null() {
+        return 0;
+    }
+    // SAFETY: The handler is the `KBox<H>` of the context, dropped only under the handler lock
+    // (held) or after the id is destroyed.
+    let h = unsafe { &*handler.cast::<H>() };
+    // SAFETY: The event's union holds what its type says.
+    let event = unsafe { translate::<H>(id, ev) };
+    ctx.locked_by.store(current(), Ordering::Release);
+    // SAFETY: The id is valid for the call.
+    h.event(unsafe { Id::from_raw(id) }, event);
+    ctx.locked_by
+        .store(core::ptr::null_mut(), Ordering::Release);
+    if ctx.doomed.load(Ordering::Acquire) {
+        // The last reference to the id went in the handler: the CM destroys the id when told
+        // so by the return value, and never calls the handler again.
+        ctx.drop_handler();
+        // SAFETY: Nothing references the context any more.
+        drop(unsafe { KBox::from_raw(ctx_ptr) });
+        return 1;
+    }
+    0
+}
+
+/// # Safety
+///
+/// As for `trampoline`; `id` is the new id of a connection request and `ctx_ptr` the context
+/// of its listener, whose handler lock the CM holds too.
+unsafe fn connect_request<H: Handler>(
+    id: *mut bindings::rdma_cm_id,
+    ctx_ptr: *mut Ctx,
+    ev: &bindings::rdma_cm_event,
+) -> crate::ffi::c_int {
+    // SAFETY: Per the safety requirements.
+    let ctx = unsafe { &*ctx_ptr };
+    let handler = ctx.handler.load(Ordering::Acquire);
+    if ctx.doomed.load(Ordering::Acquire) || handler.is_null() {
+        // The listener is going away: refuse.
+        return 1;
+    }
+    // SAFETY: As in `trampoline`.
+    let h = unsafe { &*handler.cast::<H>() };
+    let taken = Cell::new(core::ptr::null_mut::<Ctx>());
+    let req = Request {
+        id,
+        event: ev,
+        taken: &taken,
+        _h: PhantomData,
+    };
+    ctx.locked_by.store(current(), Ordering::Release);
+    // SAFETY: The listener is valid (its lock is held).
+    h.event(unsafe { Id::from_raw(ctx.id) }, Event::ConnectRequest(req));
+    ctx.locked_by
+        .store(core::ptr::null_mut(), Ordering::Release);
+    let child = taken.get();
+    let ret = if child.is_null() {
+        // Not taken: the CM destroys the new id, which refuses the peer.
+        1
+    } else {
+        // SAFETY: `take` created the new id's context; it is valid until freed here or by the
+        // id's owner, which cannot happen before this returns (the id's lock is held).
+        let c = unsafe { &*child };
+        c.locked_by.store(core::ptr::null_mut(), Ordering::Release);
+        if c.doomed.load(Ordering::Acquire) {
+            c.drop_handler();
+            // SAFETY: The id's last reference is gone; nothing else references its context.
+            drop(unsafe { KBox::from_raw(child) });
+            1
+        } else {
+            0
+        }
+    };
+    if ctx.doomed.load(Ordering::Acquire) {
+        // The listener's last reference went in this handler, and the CM holds its lock until
+        // this returns: destroy it from a work item.
+        ctx.drop_handler();
+        let work = ctx.work.get();
+        // SAFETY: `work` is unused until now; `destroy_work` matches it; the context is owned
+        // by the work item from here on, and lives until it runs.
+        unsafe {
+            bindings::init_work_with_key(
+                work,
+                Some(destroy_work),
+                false,
+                c"kernel::rdma::cm::destroy".as_ptr().cast(),
+                crate::static_lock_class!().as_ptr(),
+            );
+            bindings::queue_work_on(
+                bindings::wq_misc_consts_WORK_CPU_UNBOUND as _,
+                bindings::system_wq,
+                work,
+            );
+        }
+    }
+    ret
+}
+
+/// # Safety
+///
+/// `ev` must be a valid event (not a connection request) of the current handler call of the
+/// valid id `id`.
+unsafe fn translate<'a, H: Handler>(
+    id: *mut bindings::rdma_cm_id,
+    ev: &'a bindings::rdma_cm_event,
+) -> Event<'a, H> {
+    let status = ev.status;
+    let err = || {
+        if status < 0 {
+            Error::from_errno(status)
+        } else {
+            EIO
+        }
+    };
+    // SAFETY: For the events below, the union holds connection parameters, except for the
+    // UDP port space's establishment, which holds UD parameters (see `Established`).
+    let conn = unsafe { &ev.param.conn };
+    match ev.event {
+        bindings::rdma_cm_event_type_RDMA_CM_EVENT_ADDR_RESOLVED => Event::AddrResolved,
+        bindings::rdma_cm_event_type_RDMA_CM_EVENT_ADDR_ERROR => Event::AddrError(err()),
+        bindings::rdma_cm_event_type_RDMA_CM_EVENT_ROUTE_RESOLVED => Event::RouteResolved,
+        bindings::rdma_cm_event_type_RDMA_CM_EVENT_ROUTE_ERROR => Event::RouteError(err()),
+        bindings::rdma_cm_event_type_RDMA_CM_EVENT_CONNECT_ERROR => Event::ConnectError(err()),
+        bindings::rdma_cm_event_type_RDMA_CM_EVENT_UNREACHABLE => Event::Unreachable(err()),
+        bindings::rdma_cm_event_type_RDMA_CM_EVENT_REJECTED => Event::Rejected {
+            reason: status,
+            // SAFETY: The CM passes the reject's private data (or none).
+            private_data: unsafe { private_data(conn) },
+        },
+        bindings::rdma_cm_event_type_RDMA_CM_EVENT_ESTABLISHED => {
+            // A UD id's ESTABLISHED is the SIDR reply (only the active side gets one): it
+            // carries UD parameters with a resolved address vector.
+            // SAFETY: The id is valid; both variants start with the private data.
+            let (is_ud, ud) = unsafe {
+                (
+                    (*id).qp_type == bindings::ib_qp_type_IB_QPT_UD,
+                    &ev.param.ud,
+                )
+            };
+            Event::Established {
+                // SAFETY: As above.
+                private_data: unsafe { private_data(conn) },
+                ud: is_ud.then_some(UdPeer { param: ud }),
+            }
+        }
+        bindings::rdma_cm_event_type_RDMA_CM_EVENT_DISCONNECTED => Event::Disconnected,
+        bindings::rdma_cm_event_type_RDMA_CM_EVENT_DEVICE_REMOVAL => Event::DeviceRemoval,
+        bindings::rdma_cm_event_type_RDMA_CM_EVENT_ADDR_CHANGE => Event::AddrChange,
+        bindings::rdma_cm_event_type_RDMA_CM_EVENT_TIMEWAIT_EXIT => Event::TimewaitExit,
+        other => Event::Other(other, status),
+    }
+}
