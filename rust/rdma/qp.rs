@@ -1008,6 +1008,13 @@ impl QpInner {
             if self.shared.sq_used.load(Ordering::Acquire) == 0
                 && self.shared.rq_used.load(Ordering::Acquire) == 0
             {
+                // A request's slot is given back before its handler runs: wait for handlers
+                // still running, so that none holds a reference past the drain (the last
+                // reference to the QP must not go in a handler).
+                for cq in [&self.send_cq, &self.recv_cq] {
+                    // SAFETY: The CQ is valid (held by the QP); process context (`drain`).
+                    unsafe { bindings::rdma_cq_quiesce(cq.as_raw()) };
+                }
                 return;
             }
             for cq in [&self.send_cq, &self.recv_cq] {
