@@ -27,7 +27,7 @@
 //! own limit, which the client reports. rping sends no private data.
 
 use crate::ctl::{Role, Spec};
-use crate::run::{register, Res, Run};
+use crate::run::{check_ud_size, register, Res, Run};
 use crate::stats::Stats;
 use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::prelude::*;
@@ -769,7 +769,7 @@ impl Handler for Ev {
                 self.waiter.set_step(Step::Failed(e));
             }
             Event::ConnectRequest(req) => self.request(req),
-            Event::Established { private_data, ud } => {
+            Event::Established { ud, .. } => {
                 if let Some(ud) = ud {
                     let pd = self.waiter.shared.lock().pd.clone();
                     let ah = pd.ok_or(EINVAL).and_then(|pd| ud.create_ah(&pd));
@@ -784,7 +784,6 @@ impl Handler for Ev {
                         }
                     }
                 }
-                let _ = private_data;
                 self.waiter.set_step(Step::Established);
             }
             Event::Rejected {
@@ -1045,10 +1044,7 @@ fn server(
     let mut r = Res::new(pd.clone(), cq.clone());
     let mut ud_qpn = 0;
     if spec.mode == QpType::Ud {
-        if spec.size > mtu(&dev)? {
-            pr_err!("start: size={} over the UD path MTU\n", spec.size);
-            return Err(EINVAL);
-        }
+        check_ud_size(spec, &dev.query_port(id.port())?)?;
         let caps = QpCaps {
             send_depth: 1,
             recv_depth: 2 * spec.depth,
@@ -1102,10 +1098,6 @@ fn forget_run(waiter: &Waiter) {
     drop((run, pd, cq, ud));
 }
 
-fn mtu(dev: &Device) -> Result<usize> {
-    Ok(dev.query_port(1)?.active_mtu().map_or(0, |m| m.bytes()) as usize)
-}
-
 fn client(
     spec: &Spec,
     run_id: u32,
@@ -1141,10 +1133,7 @@ fn client_connect(
     let (caps, entries) = match spec.mode {
         QpType::Rc => (ping_caps(), 16),
         QpType::Ud => {
-            if spec.size > mtu(&dev)? {
-                pr_err!("start: size={} over the UD path MTU\n", spec.size);
-                return Err(EINVAL);
-            }
+            check_ud_size(spec, &dev.query_port(id.port())?)?;
             (
                 QpCaps {
                     send_depth: spec.depth,
@@ -1158,7 +1147,6 @@ fn client_connect(
     let cq = Cq::new(&dev, entries, 0, spec.poll)?;
     waiter.shared.lock().pd = Some(pd.clone());
     let qp = id.create_qp(&pd, &cq, &cq, &caps)?;
-    let mut res = Res::new(pd.clone(), cq.clone());
     // An RC run's connection: its receive is posted before the server can send.
     let run_conn = if spec.mode == QpType::Rc {
         let run = Run::new(spec, run_id, None, Res::new(pd.clone(), cq.clone()))?;
@@ -1221,10 +1209,13 @@ fn client_connect(
             let Some((ah, qpn, qkey)) = waiter.shared.lock().ud.take() else {
                 return Err(EINVAL);
             };
-            res.tx_qp = Some(Arc::new(qp, GFP_KERNEL)?);
-            res.ah = Some(ah);
-            res.ud_peer = Some((qpn, qkey));
-            res.link = Some(link(None));
+            let res = Res {
+                tx_qp: Some(Arc::new(qp, GFP_KERNEL)?),
+                ah: Some(ah),
+                ud_peer: Some((qpn, qkey)),
+                link: Some(link(None)),
+                ..Res::new(pd, cq.clone())
+            };
             let run = Run::new(spec, run_id, None, res)?;
             waiter.shared.lock().run = Some(run.clone());
             if let Err(e) = attach(&dev, &run).and_then(|()| run.go()) {

@@ -23,7 +23,7 @@ use kernel::prelude::*;
 use kernel::rdma::{
     ah::Ah,
     cq::{Cq, PollContext, Wc, WcStatus},
-    device::Device,
+    device::{Device, PortAttr},
     dma::{DmaBuf, DmaSg, MAX_BUF, MAX_SG_PAGES},
     mr::Mr,
     pd::Pd,
@@ -208,6 +208,19 @@ impl Completion for Reg {
     }
 }
 
+/// `EINVAL`, with a message, when a UD message of `spec.size` bytes does not fit the path MTU
+/// of `port` (rxe drops such datagrams yet completes their sends successfully).
+pub(crate) fn check_ud_size(spec: &Spec, port: &PortAttr) -> Result {
+    let mtu = port.active_mtu().map_or(0, |m| m.bytes()) as usize;
+    if spec.size > mtu {
+        return Err(bad(format_args!(
+            "size={} over the UD path MTU {}",
+            spec.size, mtu
+        )));
+    }
+    Ok(())
+}
+
 fn bad(what: core::fmt::Arguments<'_>) -> Error {
     pr_err!("start: {}\n", what);
     EINVAL
@@ -236,13 +249,7 @@ impl Run {
             )));
         }
         if spec.mode == QpType::Ud {
-            let mtu = port.active_mtu().map_or(0, |m| m.bytes()) as usize;
-            if spec.size > mtu {
-                return Err(bad(format_args!(
-                    "size={} over the UD path MTU {}",
-                    spec.size, mtu
-                )));
-            }
+            check_ud_size(spec, &port)?;
         }
         let rdma = matches!(spec.op, Op::Write | Op::Read);
         let target_pages = (depth as usize * spec.size).div_ceil(PAGE);

@@ -213,6 +213,7 @@ dmesg_has() { dmesg | grep -q "$1"; }
 # (Counting lines before and after would break when old lines leave the ring.)
 mark() { marks=$(( ${marks:-0} + 1 )); kmsg "rdmatest: mark $marks"; }
 since_mark() { dmesg | sed -n "/rdmatest: mark $marks\$/,\$p"; }
+since_mark_has() { since_mark | grep -q "$1"; }
 
 # --- rdma_rust_ulp's control interface ----------------------------------------
 ULP=/sys/kernel/debug/rdma_rust_ulp
@@ -273,10 +274,11 @@ bad_ctl() {
 
 # The RDMA objects of each device (a re-added device gets a new index).
 rdma_resources() { rdma resource show | sed 's/^[0-9]*: //' | sort; }
+resources_same() { rdma_resources | cmp -s - /tmp/res-before; }
 # (User-space peers such as rping give their objects back as their files close:
 # allow a few seconds.)
 resources_as_before() {
-	wait_for 10 sh -c 'rdma_resources() { rdma resource show | sed "s/^[0-9]*: //" | sort; }; rdma_resources | cmp -s - /tmp/res-before' && return 0
+	wait_for 10 resources_same && return 0
 	rdma_resources > /tmp/res-after
 	diff /tmp/res-before /tmp/res-after
 	rdma resource show cm_id; rdma resource show pd; rdma resource show cq
@@ -340,6 +342,8 @@ ulp_ud_run() {
 }
 # ulp_has ID COLUMN VALUE
 ulp_has() { ulp_row "$1"; [ "$(ulp_stat "$1" "$2")" = "$3" ]; }
+# ulp_above ID COLUMN N: the cell is a number above N
+ulp_above() { [ "$(ulp_stat "$1" "$2")" -gt "$3" ] 2> /dev/null; }
 
 # ulp_link_delete_mid_run: deleting a device under a run stops and frees the
 # run from remove(), promptly; the device comes back and runs again.
@@ -746,7 +750,7 @@ cm_peer_a_link_delete_server() {
 	mark
 	ulp_ctl start cm=server addr=10.88.0.1 port=7305 size=4096 || return 1
 	id=$(ulp_last_id)
-	wait_for 240 sh -c "dmesg | sed -n '/rdmatest: mark $marks\$/,\$p' | grep -q 'run $id: 10.88.0.2:[0-9]* disconnected after'" ||
+	wait_for 240 since_mark_has "run $id: 10.88.0.2:[0-9]* disconnected after" ||
 		{ ulp_row "$id"; since_mark; ulp_ctl stop id="$id"; echo "no disconnect seen"; return 1; }
 	ulp_row "$id"
 	[ "$(ulp_stat "$id" messages)" -gt 0 ] && [ "$(ulp_stat "$id" errors)" = 0 ] &&
@@ -756,7 +760,7 @@ cm_peer_b_link_delete_client() {
 	local id t0
 	ulp_cm_start cm=client addr=10.88.0.1 port=7305 size=4096 count=1000000000 || return 1
 	id=$(ulp_last_id)
-	wait_for 60 sh -c "[ \$(awk -v id=$id 'NR == 1 { for (i = 1; i <= NF; i++) h[\$i] = i; next } \$1 == id { print \$(h[\"messages\"]) }' $ULP/stats) -gt 2 ]" ||
+	wait_for 60 ulp_above "$id" messages 2 ||
 		{ ulp_row "$id"; echo "no round trips"; return 1; }
 	mark
 	t0=$(uptime_ms)
