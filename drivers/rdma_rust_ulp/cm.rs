@@ -187,6 +187,10 @@ struct Ping {
     /// Server: bytes read from the source.
     len: u32,
     started_ns: i64,
+    /// Server: the go ahead in flight (SEND slot 1) ends the run's last round trip; the run
+    /// ends when it has been delivered (or has failed), not before: ending it tears the
+    /// connection down, which would flush a go ahead still on its way.
+    last_round: bool,
 }
 
 /// One RC connection of a ping run.
@@ -238,6 +242,7 @@ impl Conn {
                     seq: 0,
                     len: 0,
                     started_ns: 0,
+                    last_round: false,
                 }, "rdma_rust_ulp_cm_ping"),
             }),
             GFP_KERNEL,
@@ -530,10 +535,8 @@ impl Conn {
                 st.seq += 1;
                 st.xfer = Some(wr);
                 st.phase = Phase::WaitSource;
+                st.last_round = done == run.spec.count;
                 self.advertise(&mut st, 1);
-                if done == run.spec.count {
-                    run.retire();
-                }
             }
             p => {
                 drop(st);
@@ -612,10 +615,10 @@ impl Completion for Msg {
                 wc.status()
             ));
         }
-        if !wc.is_ok() {
-            return;
-        }
         if wr.data().slot == RECV {
+            if !wc.is_ok() {
+                return;
+            }
             let info = (wc.byte_len() as usize == INFO_LEN)
                 .then(|| Info::decode(wr.data().buf.as_slice()))
                 .flatten();
@@ -626,10 +629,21 @@ impl Completion for Msg {
         let slot = wr.data().slot;
         let mut st = conn.st.lock();
         if st.pending[slot] {
+            // An earlier post of this SEND came back; the one wanted since goes now.
             st.pending[slot] = false;
-            conn.post_msg(wr);
-        } else {
+            if wc.is_ok() {
+                conn.post_msg(wr);
+            }
+            return;
+        }
+        // A server's last go ahead has been delivered (or failed): its run may end now.
+        let last = slot == 1 && core::mem::take(&mut st.last_round);
+        if wc.is_ok() {
             st.sends[slot] = Some(wr);
+        }
+        drop(st);
+        if last {
+            conn.run.retire();
         }
     }
 }
