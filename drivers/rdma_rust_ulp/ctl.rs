@@ -148,6 +148,9 @@ pub(crate) fn mode_name(m: QpType) -> &'static str {
     }
 }
 
+/// Bytes of the sequence header of a validated message (see [`crate::run`]): a validated
+/// message that the peer receives is at least this long.
+pub(crate) const HEADER: usize = 8;
 /// Largest message count of one run.
 pub(crate) const MAX_COUNT: u64 = 1 << 32;
 /// Largest depth of one run.
@@ -483,10 +486,10 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
             s.role.name()
         )));
     }
-    if s.validate && s.op.uses_recv() && s.size < crate::run::HEADER {
+    if s.validate && s.op.uses_recv() && s.size < HEADER {
         return Err(bad(format_args!(
             "start: validate=1 needs size>={} (sequence header)",
-            crate::run::HEADER
+            HEADER
         )));
     }
     Ok(Command::Start(s))
@@ -536,10 +539,10 @@ fn check_cm(
                     "start: cm= with mode=ud runs send or send_imm"
                 )));
             }
-            if s.validate && s.size < crate::run::HEADER {
+            if s.validate && s.size < HEADER {
                 return Err(bad(format_args!(
                     "start: validate=1 needs size>={} (sequence header)",
-                    crate::run::HEADER
+                    HEADER
                 )));
             }
         }

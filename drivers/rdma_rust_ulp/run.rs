@@ -15,88 +15,46 @@
 //! A run ends when `count` operations have completed, or when it is stopped; its resources are
 //! freed in process context by [`Run::finish`] (`wait`, `stop`, the next `start`, device
 //! removal, module unload), which drains both QPs first so that every request comes back.
+//!
+//! [`build`] sets a run up on a device; [`traffic`] is its data path.
 
-use crate::ctl::{Op, Role, Spec};
+use crate::ctl::{Role, Spec};
 use crate::stats::Stats;
+use crate::util::wait_until;
 use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use kernel::prelude::*;
 use kernel::rdma::{
     ah::Ah,
-    cq::{Cq, PollContext, Wc, WcStatus},
-    device::{Device, PortAttr},
-    dma::{DmaBuf, DmaSg, MAX_BUF, MAX_SG_PAGES},
-    mr::Mr,
+    cq::{Cq, Wc, WcStatus},
+    device::PortAttr,
+    dma::DmaBuf,
+    mr::{Access, Mr, Remote},
     pd::Pd,
-    qp::{Access, Endpoint, Init, Qp, QpCaps, QpType, RcParams, Rts},
+    qp::{Endpoint, Init, Qp, QpType, RcParams, Rts},
     sync::{Completion as Signal, SpinLockBh},
-    wr::{Completion, Remote, Wr, GRH_LEN},
+    wr::{Completion, Wr, GRH_LEN},
 };
 use kernel::sync::{Arc, Mutex};
 use kernel::time::Ktime;
 use kernel::{new_mutex, new_spinlock_bh};
 
-/// Bytes of the sequence header of a validated message.
-pub(crate) const HEADER: usize = 8;
+mod build;
+mod traffic;
+
+use traffic::{post_next, Rx, Tx};
+
 /// The Q_Key of the UD QPs of a run.
 const QKEY: u32 = 0x1111_0001;
-/// The RDMA port runs use.
-const PORT: u32 = 1;
-const PAGE: usize = 4096;
 
 fn now_ns() -> i64 {
     Ktime::ktime_get().to_ns()
 }
 
-/// Byte `i` of message `seq`.
-fn pattern(seq: u64, i: usize) -> u8 {
-    (seq as usize).wrapping_mul(31).wrapping_add(i) as u8 ^ 0xa5
-}
-
-/// Writes message `seq` of run `id` into `buf`: the pattern, under a header when `header`
-/// (messages to a receiver; RDMA WRITEs are checked in place by position, without one).
-fn fill(buf: &mut [u8], id: u32, seq: u64, header: bool) {
-    for (i, b) in buf.iter_mut().enumerate() {
-        *b = pattern(seq, i);
-    }
-    if header && buf.len() >= HEADER {
-        buf[..4].copy_from_slice(&(seq as u32).to_le_bytes());
-        buf[4..8].copy_from_slice(&id.to_le_bytes());
-    }
-}
-
-/// The sequence number of a validated message of run `id` (of any run if `None`: the sender
-/// is on another host), if it is intact.
-fn check(buf: &[u8], id: Option<u32>) -> Option<u32> {
-    let seq = u32::from_le_bytes(buf.get(..4)?.try_into().ok()?);
-    let run = u32::from_le_bytes(buf.get(4..8)?.try_into().ok()?);
-    let ok = id.map_or(true, |id| run == id)
-        && buf
-            .iter()
-            .enumerate()
-            .skip(HEADER)
-            .all(|(i, &b)| b == pattern(u64::from(seq), i));
-    ok.then_some(seq)
-}
-
-/// Whether bytes `off .. off + len` of `mr` hold message `seq` (with no header: RDMA target).
-fn check_mr(mr: &Mr, off: usize, len: usize, seq: u64) -> bool {
-    let mut chunk = [0u8; 128];
-    let mut done = 0;
-    while done < len {
-        let n = (len - done).min(chunk.len());
-        if mr.read(off + done, &mut chunk[..n]).is_err() {
-            return false;
-        }
-        if !chunk[..n]
-            .iter()
-            .enumerate()
-            .all(|(i, &b)| b == pattern(seq, done + i))
-        {
-            return false;
-        }
-        done += n;
-    }
-    true
+/// What a run holds besides its QPs (a CM run's ids and connections): released after the QPs
+/// are drained.
+pub(crate) trait Attached: Send + Sync {
+    /// Drains and frees what it holds. Process context.
+    fn release(&self);
 }
 
 /// What a run holds on the device; dropped in process context once its QPs are drained.
@@ -113,8 +71,8 @@ pub(crate) struct Res {
     pub(crate) ah: Option<Arc<Ah>>,
     /// A CM UD client's peer: its QP number and Q_Key.
     pub(crate) ud_peer: Option<(u32, u32)>,
-    /// A CM run's ids and connections (freed after the QPs above).
-    pub(crate) link: Option<crate::cm::Link>,
+    /// A CM run's ids and connections (released after the QPs above).
+    pub(crate) attached: Option<Arc<dyn Attached>>,
     pub(crate) cq: Arc<Cq>,
     pub(crate) _pd: Arc<Pd>,
 }
@@ -130,7 +88,7 @@ impl Res {
             target: None,
             ah: None,
             ud_peer: None,
-            link: None,
+            attached: None,
             cq,
             _pd: pd,
         }
@@ -164,28 +122,6 @@ pub(crate) struct Run {
     res: Mutex<Option<Res>>,
 }
 
-/// A send-side request: its buffer, and what it needs to post itself again.
-pub(crate) struct Tx {
-    buf: DmaBuf,
-    run: Arc<Run>,
-    qp: Arc<Qp<Rts>>,
-    ah: Option<Arc<Ah>>,
-    target: Option<Arc<Mr>>,
-    remote: Remote,
-    peer_qpn: u32,
-    qkey: u32,
-    slot: usize,
-    seq: u64,
-    posted_ns: i64,
-}
-
-/// A receive request.
-struct Rx {
-    buf: DmaBuf,
-    run: Arc<Run>,
-    qp: Arc<Qp<Rts>>,
-}
-
 /// A REG_MR request: hands the MR back to the thread that waits for it.
 #[pin_data]
 struct RegBack {
@@ -208,6 +144,48 @@ impl Completion for Reg {
     }
 }
 
+/// How long a REG_MR may take.
+const REG_MS: u32 = 10_000;
+
+/// Registers `mr` for remote read and write through `qp`, waiting for the REG_MR completion
+/// (polling `cq` if it is a direct one).
+pub(crate) fn register(qp: &Qp<Rts>, cq: &Cq, mr: Mr) -> Result<Mr> {
+    let back = Arc::pin_init(
+        pin_init!(RegBack {
+            slot <- new_spinlock_bh!(None, "rdma_rust_ulp_reg"),
+            done <- Signal::new(),
+        }),
+        GFP_KERNEL,
+    )?;
+    let reg = Reg {
+        mr,
+        back: back.clone(),
+    };
+    qp.post_send(Wr::new(reg, GFP_KERNEL)?, |r, ops| {
+        ops.reg_mr(&r.mr, Access::REMOTE_READ | Access::REMOTE_WRITE)?;
+        Ok(())
+    })?;
+    // The QP is connected and the request local: it completes (or flushes) promptly.
+    let came_back = wait_until(Some(cq), Some(&back.done), REG_MS, || {
+        back.slot.lock().is_some()
+    });
+    if came_back.is_err() {
+        pr_err!("REG_MR did not complete in {} s\n", REG_MS / 1000);
+        // The request holds `back`, and `back` would hold the request: drain the QP so that
+        // it comes back now, then drop it.
+        let _ = qp.drain();
+        drop(back.slot.lock().take());
+        return Err(ETIMEDOUT);
+    }
+    let (wr, status) = back.slot.lock().take().ok_or(EIO)?;
+    let mr = wr.into_inner().mr;
+    if status != WcStatus::Success {
+        pr_err!("REG_MR completed with {:?}\n", status);
+        return Err(EIO);
+    }
+    Ok(mr)
+}
+
 /// `EINVAL`, with a message, when a UD message of `spec.size` bytes does not fit the path MTU
 /// of `port` (rxe drops such datagrams yet completes their sends successfully).
 pub(crate) fn check_ud_size(spec: &Spec, port: &PortAttr) -> Result {
@@ -227,133 +205,6 @@ fn bad(what: core::fmt::Arguments<'_>) -> Error {
 }
 
 impl Run {
-    /// Builds a run on `dev` (process context): checks `spec` against the device, allocates,
-    /// maps and registers everything. Nothing is posted yet ([`Run::go`]).
-    pub(crate) fn build(dev: &Device, spec: &Spec, id: u32) -> Result<Arc<Run>> {
-        let attrs = dev.attrs();
-        let port = dev.query_port(PORT)?;
-        let depth = spec.depth;
-        let rx_depth = if spec.op.uses_recv() { 2 * depth } else { 1 };
-        if rx_depth >= attrs.max_qp_wr() || depth >= attrs.max_qp_wr() {
-            return Err(bad(format_args!(
-                "depth={} over the device's max_qp_wr {}",
-                depth,
-                attrs.max_qp_wr()
-            )));
-        }
-        let max = (port.max_msg_sz() as usize).min(MAX_BUF);
-        if spec.size > max {
-            return Err(bad(format_args!(
-                "size={} over the limit {}",
-                spec.size, max
-            )));
-        }
-        if spec.mode == QpType::Ud {
-            check_ud_size(spec, &port)?;
-        }
-        let rdma = matches!(spec.op, Op::Write | Op::Read);
-        let target_pages = (depth as usize * spec.size).div_ceil(PAGE);
-        if rdma
-            && (target_pages > MAX_SG_PAGES
-                || target_pages > attrs.max_fast_reg_page_list_len() as usize)
-        {
-            return Err(bad(format_args!(
-                "depth x size = {} bytes of RDMA target over the limit {}",
-                depth as usize * spec.size,
-                MAX_SG_PAGES * PAGE
-            )));
-        }
-        let pd = Pd::new(dev)?;
-        let cq = Cq::new(dev, depth + rx_depth + 8, 0, spec.poll)?;
-        let tx_caps = QpCaps {
-            send_depth: depth,
-            recv_depth: 1,
-            ..QpCaps::default()
-        };
-        let rx_caps = QpCaps {
-            send_depth: 1,
-            recv_depth: rx_depth,
-            ..QpCaps::default()
-        };
-        let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
-        let p = RcParams::default();
-        let rc = |caps: &QpCaps| -> Result<Qp<Init>> {
-            Qp::new(&pd, QpType::Rc, &cq, &cq, caps)?.to_init(PORT, access)
-        };
-        let ud = |caps: &QpCaps| -> Result<Qp<Rts>> {
-            Qp::new(&pd, QpType::Ud, &cq, &cq, caps)?
-                .to_init_ud(PORT, QKEY)?
-                .ready_ud()
-        };
-        let arc = |q: Qp<Rts>| Arc::new(q, GFP_KERNEL);
-        let (mut tx_qp, mut rx_qp, mut unconnected, mut ah, mut endpoint) =
-            (None, None, None, None, None);
-        match (spec.mode, spec.role, spec.peer) {
-            (QpType::Rc, Role::Loopback, _) => {
-                let (a, b) = (rc(&tx_caps)?, rc(&rx_caps)?);
-                let (ea, eb) = (a.endpoint()?, b.endpoint()?);
-                tx_qp = Some(arc(a.connect(&eb, &p)?)?);
-                rx_qp = Some(arc(b.connect(&ea, &p)?)?);
-            }
-            (QpType::Ud, Role::Loopback, _) => {
-                let (a, b) = (ud(&tx_caps)?, ud(&rx_caps)?);
-                ah = Some(Ah::new(&pd, PORT, &b.endpoint()?.gid)?);
-                tx_qp = Some(arc(a)?);
-                rx_qp = Some(arc(b)?);
-            }
-            (QpType::Rc, Role::Server, _) => {
-                let b = rc(&rx_caps)?;
-                endpoint = Some(b.endpoint()?);
-                unconnected = Some(b);
-            }
-            (QpType::Ud, Role::Server, _) => {
-                let b = ud(&rx_caps)?;
-                endpoint = Some(b.endpoint()?);
-                rx_qp = Some(arc(b)?);
-            }
-            (QpType::Rc, Role::Client, Some(peer)) => {
-                let a = rc(&tx_caps)?;
-                endpoint = Some(a.endpoint()?);
-                tx_qp = Some(arc(a.connect(&peer, &p)?)?);
-            }
-            (QpType::Ud, Role::Client, Some(peer)) => {
-                let a = ud(&tx_caps)?;
-                endpoint = Some(a.endpoint()?);
-                ah = Some(Ah::new(&pd, PORT, &peer.gid)?);
-                tx_qp = Some(arc(a)?);
-            }
-            (_, Role::Client, None) => return Err(EINVAL),
-        }
-        let target = if rdma {
-            let mut sg = DmaSg::new(&pd, target_pages)?;
-            if spec.op == Op::Read {
-                // Slot k holds message k: what every READ of slot k must return.
-                let mut chunk = KVec::from_elem(0u8, spec.size, GFP_KERNEL)?;
-                for k in 0..depth as usize {
-                    for (i, b) in chunk.iter_mut().enumerate() {
-                        *b = pattern(k as u64, i);
-                    }
-                    sg.write(k * spec.size, &chunk)?;
-                }
-            }
-            let mut mr = Mr::new(&pd, target_pages as u32)?;
-            mr.map_sg(sg).map_err(|(e, _)| e)?;
-            let qp = rx_qp.as_ref().ok_or(EINVAL)?;
-            Some(Arc::new(register(qp, &cq, mr)?, GFP_KERNEL)?)
-        } else {
-            None
-        };
-        let res = Res {
-            tx_qp,
-            rx_qp,
-            unconnected,
-            target,
-            ah,
-            ..Res::new(pd, cq)
-        };
-        Self::new(spec, id, endpoint, res)
-    }
-
     /// A run holding `res`, not started.
     pub(crate) fn new(
         spec: &Spec,
@@ -451,10 +302,7 @@ impl Run {
                 run: self.clone(),
                 qp: rx_qp.clone(),
             };
-            rx_qp.post_recv(Wr::new(rx, GFP_KERNEL)?, |r, ops| {
-                ops.buf(&r.buf, 0..r.buf.len())?;
-                Ok(())
-            })?;
+            rx_qp.post_recv(Wr::new(rx, GFP_KERNEL)?, Rx::scatter)?;
         }
         Ok(())
     }
@@ -502,26 +350,8 @@ impl Run {
     /// Waits up to `ms` for the send side to finish; a `direct` run is polled meanwhile.
     /// Process context.
     pub(crate) fn wait_ended(&self, ms: u32) -> Result {
-        let mut waited = 0;
-        while !self.sender_done() {
-            if waited >= ms {
-                return Err(ETIMEDOUT);
-            }
-            if self.spec.poll == PollContext::Direct {
-                let polled = match self.res.lock().as_ref() {
-                    Some(res) => res.cq.poll_direct(64).unwrap_or(0),
-                    None => 0,
-                };
-                if polled == 0 {
-                    let _ = self.ended.wait_timeout(1);
-                    waited += 1;
-                }
-            } else {
-                let _ = self.ended.wait_timeout(100);
-                waited += 100;
-            }
-        }
-        Ok(())
+        let cq = self.res.lock().as_ref().map(|r| r.cq.clone());
+        wait_until(cq.as_deref(), Some(&self.ended), ms, || self.sender_done())
     }
 
     /// Ends the run and frees what it holds (process context): stops posting, waits briefly
@@ -540,20 +370,14 @@ impl Run {
             } else {
                 200
             };
-            let mut waited = 0;
-            while Stats::get(&self.stats.received) < Stats::get(&self.stats.messages)
-                && waited < limit
-            {
-                if self.spec.poll == PollContext::Direct {
-                    let _ = res.cq.poll_direct(64);
-                }
-                let _ = self.ended.wait_timeout(1);
-                waited += 1;
-            }
+            let _ = wait_until(Some(&res.cq), None, limit, || {
+                Stats::get(&self.stats.received) >= Stats::get(&self.stats.messages)
+            });
         }
         self.stopping.store(true, Ordering::SeqCst);
         for qp in [&res.tx_qp, &res.rx_qp].into_iter().flatten() {
-            qp.drain();
+            // Process context; a refused drain would leave it to the QP's drop.
+            let _ = qp.drain();
         }
         // Held sends were never posted: they go with the run.
         drop(res.held);
@@ -567,24 +391,21 @@ impl Run {
         }
         drop((res.tx_qp, res.rx_qp, res.unconnected, res.target, res.ah));
         // CM connections: drained and freed here too, then the ids.
-        drop(res.link);
+        if let Some(a) = res.attached {
+            a.release();
+        }
         drop(res.cq);
     }
 
-    /// Runs `f` on the run's CM state, if the run still holds its resources.
-    pub(crate) fn with_link<R>(&self, f: impl FnOnce(&mut crate::cm::Link) -> R) -> Option<R> {
-        self.res.lock().as_mut()?.link.as_mut().map(f)
-    }
-
-    /// Gives a CM run its ids and connection (a client's, built before it was connected).
-    /// Dropped at once if the run has already been finished.
-    pub(crate) fn set_link(&self, link: crate::cm::Link) {
+    /// Gives a run what it holds besides its QPs (a CM client's connection, made before it
+    /// was connected); released at once if the run has already been finished.
+    pub(crate) fn attach(&self, a: Arc<dyn Attached>) {
         let mut g = self.res.lock();
         match g.as_mut() {
-            Some(res) => res.link = Some(link),
+            Some(res) => res.attached = Some(a),
             None => {
                 drop(g);
-                drop(link);
+                a.release();
             }
         }
     }
@@ -620,218 +441,5 @@ impl Run {
             pr_err!("run {}: {}\n", self.id, what);
         }
         Stats::add(&self.stats.errors, 1);
-    }
-}
-
-/// Registers `mr` for remote read and write through `qp`, waiting for the REG_MR completion
-/// (polling `cq` if it is a direct one).
-pub(crate) fn register(qp: &Qp<Rts>, cq: &Cq, mr: Mr) -> Result<Mr> {
-    let back = Arc::pin_init(
-        pin_init!(RegBack {
-            slot <- new_spinlock_bh!(None, "rdma_rust_ulp_reg"),
-            done <- Signal::new(),
-        }),
-        GFP_KERNEL,
-    )?;
-    let reg = Reg {
-        mr,
-        back: back.clone(),
-    };
-    qp.post_send(Wr::new(reg, GFP_KERNEL)?, |r, ops| {
-        ops.reg_mr(&r.mr, Access::REMOTE_READ | Access::REMOTE_WRITE)?;
-        Ok(())
-    })?;
-    // The QP is connected and the request local: it completes (or flushes) promptly.
-    let mut waited = 0;
-    while back.done.wait_timeout(1).is_err() {
-        if cq.poll_context() == PollContext::Direct {
-            let _ = cq.poll_direct(16);
-        }
-        waited += 1;
-        if waited == 10_000 {
-            pr_err!("REG_MR did not complete in 10 s\n");
-            // The request holds `back`, and `back` would hold the request: drain the QP so
-            // that it comes back now, then drop it.
-            qp.drain();
-            drop(back.slot.lock().take());
-            return Err(ETIMEDOUT);
-        }
-    }
-    let (wr, status) = back.slot.lock().take().ok_or(EIO)?;
-    let mr = wr.into_inner().mr;
-    if status != WcStatus::Success {
-        pr_err!("REG_MR completed with {:?}\n", status);
-        return Err(EIO);
-    }
-    Ok(mr)
-}
-
-/// Posts `wr` with the next sequence number, or retires it when the run is over. Any context.
-fn post_next(mut wr: Wr<Tx>) {
-    let run = wr.data().run.clone();
-    let qp = wr.data().qp.clone();
-    let spec = &run.spec;
-    let _order = run.post_lock.lock();
-    let seq = run.next_seq.load(Ordering::Relaxed);
-    if run.stopping.load(Ordering::Acquire) || seq >= spec.count {
-        drop(wr);
-        run.retire();
-        return;
-    }
-    run.next_seq.store(seq + 1, Ordering::Relaxed);
-    {
-        let t = wr.data_mut();
-        t.seq = seq;
-        if spec.validate && spec.op != Op::Read {
-            fill(t.buf.as_mut_slice(), run.id, seq, spec.op.uses_recv());
-        }
-        t.posted_ns = now_ns();
-    }
-    let size = spec.size;
-    let (op, mode) = (spec.op, spec.mode);
-    let posted = qp.post_send(wr, |t, ops| {
-        let at = t.remote.offset((t.slot * size) as u64);
-        match (mode, op) {
-            (QpType::Ud, Op::SendImm) => {
-                let ah = t.ah.as_deref().ok_or(EINVAL)?;
-                ops.send_ud_imm(&t.buf, 0..size, ah, t.peer_qpn, t.qkey, t.seq as u32)?;
-            }
-            (QpType::Ud, _) => {
-                let ah = t.ah.as_deref().ok_or(EINVAL)?;
-                ops.send_ud(&t.buf, 0..size, ah, t.peer_qpn, t.qkey)?;
-            }
-            (_, Op::Send) => {
-                ops.send(&t.buf, 0..size)?;
-            }
-            (_, Op::SendImm) => {
-                ops.send_imm(&t.buf, 0..size, t.seq as u32)?;
-            }
-            (_, Op::Write) => {
-                ops.write(&t.buf, 0..size, at)?;
-            }
-            (_, Op::Read) => {
-                ops.read(&t.buf, 0..size, at)?;
-            }
-            // CM ping runs have their own requests (`cm.rs`).
-            (_, Op::Ping) => return Err(EINVAL),
-        }
-        Ok(())
-    });
-    if let Err(e) = posted {
-        if e.err != ESHUTDOWN {
-            run.error(format_args!("post_send: {:?}", e.err));
-        }
-        drop(e.wr);
-        run.retire();
-    }
-}
-
-impl Completion for Tx {
-    fn done(wr: Wr<Self>, wc: &Wc) {
-        let t = wr.data();
-        let run = t.run.clone();
-        if run.stats.completion(wc.status()) {
-            run.error(format_args!(
-                "{} {} completed with {:?}",
-                crate::ctl::mode_name(run.spec.mode),
-                run.spec.op.name(),
-                wc.status()
-            ));
-            // An error moves an RC QP to the error state: the run cannot go on.
-            run.stop();
-        }
-        if !wc.is_ok() {
-            drop(wr);
-            run.retire();
-            return;
-        }
-        let lat = now_ns().saturating_sub(t.posted_ns);
-        run.stats.latency(lat.max(0) as u64);
-        Stats::add(&run.stats.messages, 1);
-        Stats::add(&run.stats.bytes, run.spec.size as u64);
-        if run.spec.validate {
-            let size = run.spec.size;
-            let ok = match run.spec.op {
-                Op::Write => t
-                    .target
-                    .as_ref()
-                    .is_some_and(|m| check_mr(m, t.slot * size, size, t.seq)),
-                Op::Read => t
-                    .buf
-                    .as_slice()
-                    .iter()
-                    .enumerate()
-                    .all(|(i, &b)| b == pattern(t.slot as u64, i)),
-                _ => true,
-            };
-            if !ok {
-                Stats::add(&run.stats.corrupt, 1);
-                run.error(format_args!(
-                    "{} of message {} does not match",
-                    run.spec.op.name(),
-                    t.seq
-                ));
-            }
-        }
-        post_next(wr);
-    }
-}
-
-impl Completion for Rx {
-    fn done(wr: Wr<Self>, wc: &Wc) {
-        let r = wr.data();
-        let run = r.run.clone();
-        if run.stats.completion(wc.status()) {
-            run.error(format_args!("receive completed with {:?}", wc.status()));
-            run.stop();
-        }
-        if !wc.is_ok() {
-            return;
-        }
-        let received = run.stats.received.fetch_add(1, Ordering::Relaxed) + 1;
-        let spec = &run.spec;
-        if spec.role == Role::Server && received == spec.count {
-            run.retire();
-        }
-        if spec.validate {
-            let skip = if spec.mode == QpType::Ud { GRH_LEN } else { 0 };
-            let len = (wc.byte_len() as usize).saturating_sub(skip);
-            let data = r.buf.as_slice().get(skip..skip + len).unwrap_or(&[]);
-            let sender = (spec.role == Role::Loopback).then_some(run.id);
-            match check(data, sender).filter(|_| len == spec.size) {
-                None => {
-                    Stats::add(&run.stats.corrupt, 1);
-                    run.error(format_args!("received a corrupt message ({len} bytes)"));
-                }
-                Some(seq) => {
-                    let seq = u64::from(seq);
-                    if spec.op == Op::SendImm && wc.imm_data() != Some(seq as u32) {
-                        Stats::add(&run.stats.corrupt, 1);
-                        run.error(format_args!("message {seq}: immediate {:?}", wc.imm_data()));
-                    }
-                    let want = run.rx_expected.load(Ordering::Relaxed);
-                    if seq >= want {
-                        Stats::add(&run.stats.lost, seq - want);
-                        run.rx_expected.store(seq + 1, Ordering::Relaxed);
-                    } else {
-                        Stats::add(&run.stats.dup, 1);
-                    }
-                }
-            }
-        } else {
-            run.rx_expected.fetch_add(1, Ordering::Relaxed);
-        }
-        if run.stopping.load(Ordering::Acquire) {
-            return;
-        }
-        let qp = r.qp.clone();
-        if let Err(e) = qp.post_recv(wr, |r, ops| {
-            ops.buf(&r.buf, 0..r.buf.len())?;
-            Ok(())
-        }) {
-            if e.err != ESHUTDOWN {
-                run.error(format_args!("post_recv: {:?}", e.err));
-            }
-        }
     }
 }

@@ -3,12 +3,17 @@
 //! Address handles (`struct ib_ah`): where a UD datagram goes.
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
+//!
+//! Creating and destroying an AH sleeps (this crate uses the sleepable variants); an AH whose
+//! last reference goes in a completion handler is destroyed from process context
+//! ([`defer`](super::defer)).
 
 use super::{
     addr::resolve_dmac,
+    defer::{Deferred, Teardown},
     device::{Gid, LinkLayer},
     pd::Pd,
-    sync::might_sleep,
+    sync::{might_sleep, sleepable},
 };
 use crate::{
     bindings,
@@ -57,19 +62,41 @@ use crate::{
 ///     Ah::new(qp.pd(), 1, &peer.gid)
 /// }
 /// ```
+pub struct Ah {
+    raw: Deferred<RawAh>,
+}
+
+/// The C object of an [`Ah`]; dropping it destroys the AH.
 ///
 /// # Invariants
 ///
-/// `ptr` is an AH created on `pd`, valid until `Ah` is dropped.
-pub struct Ah {
+/// `ptr` is an AH created on `pd`, valid until `RawAh` is dropped.
+struct RawAh {
     ptr: *mut bindings::ib_ah,
     pd: Arc<Pd>,
 }
 
 // SAFETY: An AH may be used and destroyed from any thread.
-unsafe impl Send for Ah {}
-// SAFETY: `&Ah` only lends the pointer to posts, which the driver serialises.
-unsafe impl Sync for Ah {}
+unsafe impl Send for RawAh {}
+// SAFETY: `&RawAh` only lends the pointer to posts, which the driver serialises.
+unsafe impl Sync for RawAh {}
+
+impl Teardown for RawAh {}
+
+impl Drop for RawAh {
+    fn drop(&mut self) {
+        might_sleep();
+        // SAFETY: `ptr` is valid (invariant); requests naming it own an `Arc<Ah>`, so none is
+        // outstanding. Process context, so the sleepable destroy is allowed.
+        unsafe {
+            bindings::rdma_destroy_ah_user(
+                self.ptr,
+                bindings::rdma_destroy_ah_flags_RDMA_DESTROY_AH_SLEEPABLE,
+                core::ptr::null_mut(),
+            )
+        };
+    }
+}
 
 impl Ah {
     /// Creates an AH from local `port` to the RoCE port with GID `dgid` (`rdma_create_ah`,
@@ -89,7 +116,7 @@ impl Ah {
         attr.port_num = port;
         attr.ah_flags = bindings::ib_ah_flags_IB_AH_GRH as u8;
         attr.grh.dgid.raw = dgid.0;
-        attr.grh.sgid_index = sgid.index as u8;
+        attr.grh.sgid_index = u8::try_from(sgid.index).map_err(|_| EINVAL)?;
         let (dmac, hop_limit) = resolve_dmac(dev, port, sgid.index, dgid)?;
         attr.__bindgen_anon_1.roce.dmac = dmac;
         attr.grh.hop_limit = hop_limit;
@@ -107,7 +134,7 @@ impl Ah {
         pd: &Arc<Pd>,
         attr: &mut bindings::rdma_ah_attr,
     ) -> Result<Arc<Self>> {
-        might_sleep();
+        sleepable()?;
         // SAFETY: `pd` is valid, `attr` is valid per the safety requirements, and this is
         // process context (sleepable creation).
         let ptr = from_err_ptr(unsafe {
@@ -118,34 +145,19 @@ impl Ah {
             )
         })?;
         // INVARIANT: Just created on `pd`.
-        let ah = Self {
+        let raw = Deferred::new(RawAh {
             ptr,
             pd: pd.clone(),
-        };
-        Ok(Arc::new(ah, crate::alloc::flags::GFP_KERNEL)?)
+        })?;
+        Ok(Arc::new(Self { raw }, crate::alloc::flags::GFP_KERNEL)?)
     }
 
     pub(crate) fn as_raw(&self) -> *mut bindings::ib_ah {
-        self.ptr
+        self.raw.ptr
     }
 
     /// The PD of the AH.
     pub fn pd(&self) -> &Arc<Pd> {
-        &self.pd
-    }
-}
-
-impl Drop for Ah {
-    fn drop(&mut self) {
-        might_sleep();
-        // SAFETY: `ptr` is valid (invariant); requests naming it own an `Arc<Ah>`, so none is
-        // outstanding. Process context, so the sleepable destroy is allowed.
-        unsafe {
-            bindings::rdma_destroy_ah_user(
-                self.ptr,
-                bindings::rdma_destroy_ah_flags_RDMA_DESTROY_AH_SLEEPABLE,
-                core::ptr::null_mut(),
-            )
-        };
+        &self.raw.pd
     }
 }

@@ -10,7 +10,10 @@
 //! unregisters. Both run in process context and may sleep; `remove` must release everything
 //! the client holds on the device, or device unregistration blocks.
 
-use super::device::Device;
+use super::{
+    device::Device,
+    owner::{watch_unloads, Hold, Owner},
+};
 use crate::{
     bindings,
     error::{code::*, from_result, to_result, Result},
@@ -19,7 +22,7 @@ use crate::{
 };
 use core::{
     marker::PhantomData,
-    sync::atomic::{AtomicBool, Ordering},
+    sync::atomic::{AtomicBool, AtomicUsize, Ordering},
 };
 
 /// Static storage for the `struct ib_client` of one [`Client`].
@@ -34,6 +37,10 @@ use core::{
 pub struct ClientStorage {
     client: Opaque<bindings::ib_client>,
     registered: AtomicBool,
+    /// The `add` trampoline of the client type registered here: the callbacks of another type
+    /// refuse to use this storage (a `storage()` that does not always return the same storage
+    /// could otherwise hand one client's data to another's `remove`).
+    kind: AtomicUsize,
 }
 
 // SAFETY: The `ib_client` is written only by `Registration::new` while `registered` is claimed,
@@ -46,6 +53,7 @@ impl ClientStorage {
         Self {
             client: Opaque::uninit(),
             registered: AtomicBool::new(false),
+            kind: AtomicUsize::new(0),
         }
     }
 }
@@ -130,11 +138,17 @@ pub trait Client: 'static {
 
 /// A registered [`Client`]; dropping it unregisters the client.
 ///
+/// It holds the module of `T`'s callbacks ([`owner`](super::owner)): a registration that is
+/// leaked (`mem::forget`) makes the module's unload wait for ever, loudly, instead of leaving
+/// the core with callbacks into freed memory.
+///
 /// # Invariants
 ///
-/// `T::storage()` is registered with the RDMA core (`ib_register_client`), with the
-/// trampolines of `T` as callbacks, for the lifetime of the `Registration`.
+/// `storage` is registered with the RDMA core (`ib_register_client`), with the trampolines of
+/// `T` as callbacks and `kind` set to `T`'s, for the lifetime of the `Registration`.
 pub struct Registration<T: Client> {
+    storage: &'static ClientStorage,
+    _hold: Option<Hold>,
     _t: PhantomData<T>,
 }
 
@@ -151,6 +165,9 @@ impl<T: Client> Registration<T> {
     /// `T::add` runs for each existing device before this returns. Returns `EBUSY` if `T` is
     /// already registered. May sleep.
     pub fn new() -> Result<Self> {
+        watch_unloads();
+        super::sync::sleepable()?;
+        let owner = Owner::tracked(Self::add_callback as *const () as usize)?;
         let storage = T::storage();
         if storage
             .registered
@@ -159,6 +176,9 @@ impl<T: Client> Registration<T> {
         {
             return Err(EBUSY);
         }
+        storage
+            .kind
+            .store(Self::add_callback as *const () as usize, Ordering::Release);
         let client = storage.client.get();
         // SAFETY: `ib_client` is a plain C struct for which all-zeroes is the "nothing set"
         // value `ib_register_client` expects; the name and callbacks are filled in below.
@@ -175,7 +195,11 @@ impl<T: Client> Registration<T> {
             return Err(e);
         }
         // INVARIANT: The client is registered with our trampolines.
-        Ok(Self { _t: PhantomData })
+        Ok(Self {
+            storage,
+            _hold: owner.map(Owner::hold),
+            _t: PhantomData,
+        })
     }
 
     /// # Safety
@@ -184,6 +208,14 @@ impl<T: Client> Registration<T> {
     /// [`Registration::new`].
     unsafe extern "C" fn add_callback(ibdev: *mut bindings::ib_device) -> crate::ffi::c_int {
         from_result(|| {
+            let storage = T::storage();
+            if storage.kind.load(Ordering::Acquire) != Self::add_callback as *const () as usize {
+                crate::pr_err!(
+                    "kernel::rdma: client {}: storage() returned another client's storage\n",
+                    T::NAME
+                );
+                return Err(EINVAL);
+            }
             // SAFETY: The core holds a reference on `ibdev` for the duration of `add`.
             let device = unsafe { Device::from_raw(ibdev) };
             let data = T::add(device)?;
@@ -193,7 +225,7 @@ impl<T: Client> Registration<T> {
             unsafe {
                 bindings::ib_set_client_data(
                     ibdev,
-                    T::storage().client.get(),
+                    storage.client.get(),
                     data.into_foreign().cast_mut(),
                 )
             };
@@ -219,10 +251,11 @@ impl<T: Client> Registration<T> {
 
 impl<T: Client> Drop for Registration<T> {
     fn drop(&mut self) {
-        let storage = T::storage();
         // SAFETY: The invariant says the client is registered; unregistering calls `remove`
         // for every device (and waits for them), after which no callback runs.
-        unsafe { bindings::ib_unregister_client(storage.client.get()) };
-        storage.registered.store(false, Ordering::Release);
+        unsafe { bindings::ib_unregister_client(self.storage.client.get()) };
+        self.storage.kind.store(0, Ordering::Release);
+        self.storage.registered.store(false, Ordering::Release);
+        // The hold on the module goes with the fields, after this.
     }
 }

@@ -22,37 +22,42 @@
 //! destroyed from its own handler. Dropping the last [`CmId`] (or the QP on it) does the right
 //! thing wherever it happens:
 //!
-//! - outside any handler of the id: the id is destroyed there and then (this sleeps);
+//! - outside any handler of the id, in process context: the id is destroyed there and then
+//!   (this sleeps);
+//! - where sleeping is not allowed (a completion handler in softirq context): it is destroyed
+//!   from a work item ([`defer`](super::defer));
 //! - inside the id's own handler: the handler's return value tells the CM to destroy the id
 //!   (the documented way: "returning a non-zero value from the callback destroys the id"),
 //!   which is also how a device removal ([`Event::DeviceRemoval`]) is best answered;
 //! - a listener dropped while it handles a connection request (its lock is held by the CM):
 //!   it is destroyed from a work item once the handler has returned.
 //!
-//! In every case the handler itself is dropped before the call that dropped the id returns
-//! or the handler returns, so no code of the owning module runs afterwards.
+//! The handler is dropped once the id is destroyed (or, from inside it, once it has returned).
+//! The CM calls a trampoline built into the kernel, which reaches the handler through function
+//! pointers into the owning module; the id holds that module until it is destroyed, so the
+//! module cannot be unloaded while its handler may still be called ([`owner`](super::owner)).
 
 use super::{
     ah::Ah,
     cq::Cq,
     device::Device,
+    owner::watch_unloads,
     pd::Pd,
     qp::{Init, Qp, QpCaps, QpType},
-    sync::might_sleep,
+    sync::sleepable,
 };
 use crate::{
-    alloc::{flags::GFP_KERNEL, KBox},
+    alloc::flags::GFP_KERNEL,
     bindings,
     error::{code::*, from_err_ptr, to_result, Error, Result},
     sync::Arc,
     types::{ARef, Opaque},
 };
-use core::{
-    cell::Cell,
-    fmt,
-    marker::PhantomData,
-    sync::atomic::{AtomicBool, AtomicPtr, Ordering},
-};
+use core::{cell::Cell, fmt, marker::PhantomData, sync::atomic::Ordering};
+
+mod ctx;
+
+use ctx::{cm_event, created_on, Ctx, IdCore};
 
 /// The Q_Key the CM gives UD QPs of the UDP port space (`RDMA_UDP_QKEY`).
 pub const UDP_QKEY: u32 = 0x0123_4567;
@@ -268,7 +273,13 @@ impl<H: Handler> Request<'_, H> {
 
     /// The RDMA READs the peer will have outstanding against this side (its initiator depth).
     pub fn initiator_depth(&self) -> u8 {
-        // SAFETY: The event is a connection request; for UD the field reads as 0.
+        // SAFETY: The new id is valid.
+        if unsafe { (*self.id).qp_type } == bindings::ib_qp_type_IB_QPT_UD {
+            // A SIDR request carries UD parameters, which have no such field.
+            return 0;
+        }
+        // SAFETY: The event is a connection request of an RC id: it holds connection
+        // parameters.
         unsafe { self.event.param.conn.initiator_depth }
     }
 
@@ -285,7 +296,7 @@ impl<H: Handler> Request<'_, H> {
         // SAFETY: The new id is valid and its handler lock is held by the CM (this runs in the
         // listener's handler for it), so its context may change: its next event comes after.
         let core = unsafe { IdCore::new(self.id, handler, true) }?;
-        self.taken.set(core.ctx);
+        self.taken.set(core.ctx_ptr());
         Ok(CmId {
             core: Arc::new(core, GFP_KERNEL)?,
             _h: PhantomData,
@@ -322,6 +333,8 @@ unsafe fn private_data<'a>(p: &'a bindings::rdma_conn_param) -> &'a [u8] {
 /// space.
 pub struct UdPeer<'a> {
     param: &'a bindings::rdma_ud_param,
+    /// The device of the id.
+    dev: *mut bindings::ib_device,
 }
 
 impl UdPeer<'_> {
@@ -335,159 +348,16 @@ impl UdPeer<'_> {
         self.param.qkey
     }
 
-    /// An address handle to the peer on `pd` (which must be on the id's device). Sleeps.
+    /// An address handle to the peer on `pd`. `EINVAL` for a PD of another device than the
+    /// id's. Sleeps.
     pub fn create_ah(&self, pd: &Arc<Pd>) -> Result<Arc<Ah>> {
+        if pd.device().as_raw() != self.dev {
+            return Err(EINVAL);
+        }
         let mut attr = self.param.ah_attr;
         // SAFETY: `attr` is the CM's resolved address vector, valid (with its GID attribute
         // reference, which the CM holds) for the handler call this runs in.
         unsafe { Ah::from_attr(pd, &mut attr) }
-    }
-}
-
-/// The C-side context of an id: what its events need. Allocated with the id, freed after it
-/// is destroyed.
-struct Ctx {
-    id: *mut bindings::rdma_cm_id,
-    /// The `KBox<H>` of the handler; null once dropped.
-    handler: AtomicPtr<core::ffi::c_void>,
-    drop_handler: unsafe fn(*mut core::ffi::c_void),
-    /// The task running a handler of this id (holding its handler lock), if any.
-    locked_by: AtomicPtr<bindings::task_struct>,
-    /// The last reference went while the id's handler lock was held: the handler's return
-    /// path (or a work item) destroys the id.
-    doomed: AtomicBool,
-    work: Opaque<bindings::work_struct>,
-}
-
-/// # Safety
-///
-/// `p` must come from `KBox::<H>::into_raw` and not be used again.
-unsafe fn drop_handler<H>(p: *mut core::ffi::c_void) {
-    // SAFETY: Per the safety requirements.
-    drop(unsafe { KBox::from_raw(p.cast::<H>()) });
-}
-
-fn current() -> *mut bindings::task_struct {
-    // SAFETY: `get_current` has no preconditions.
-    unsafe { bindings::get_current() }
-}
-
-impl Ctx {
-    fn locked_here(&self) -> bool {
-        self.locked_by.load(Ordering::Acquire) == current()
-    }
-
-    fn drop_handler(&self) {
-        let h = self.handler.swap(core::ptr::null_mut(), Ordering::AcqRel);
-        if !h.is_null() {
-            // SAFETY: `h` came from `KBox::into_raw` of the handler type `drop_handler` drops;
-            // swapped out, so it is dropped once.
-            unsafe { (self.drop_handler)(h) };
-        }
-    }
-}
-
-/// Destroys a doomed listener from process context, once the CM has released its lock.
-///
-/// # Safety
-///
-/// `work` is the `work` field of a `Ctx` whose handler is dropped and which nothing else
-/// references.
-unsafe extern "C" fn destroy_work(work: *mut bindings::work_struct) {
-    let ctx = work
-        .cast::<u8>()
-        .wrapping_sub(core::mem::offset_of!(Ctx, work))
-        .cast::<Ctx>();
-    // SAFETY: `ctx` is the `Ctx` of the work item, owned by it (see `trampoline`).
-    let ctx = unsafe { KBox::from_raw(ctx) };
-    // SAFETY: The id is valid and no longer referenced by anything else.
-    unsafe { bindings::rdma_destroy_id(ctx.id) };
-}
-
-/// Owns an `rdma_cm_id`; dropping the last reference destroys it (see the module docs).
-///
-/// # Invariants
-///
-/// `ctx` is a leaked `KBox<Ctx>` whose `id` is valid and has `ctx` as its context.
-pub(crate) struct IdCore {
-    ctx: *mut Ctx,
-}
-
-// SAFETY: The CM serialises the verbs on an id internally; `Ctx` is only read or atomically
-// updated.
-unsafe impl Send for IdCore {}
-// SAFETY: As above.
-unsafe impl Sync for IdCore {}
-
-impl IdCore {
-    /// Wraps `id` with a new context holding `handler`.
-    ///
-    /// # Safety
-    ///
-    /// `id` must be a valid id that nothing else owns; if `in_handler`, its handler lock is held
-    /// by the current task, else no event of `id` can be delivered yet.
-    unsafe fn new<H: Handler>(
-        id: *mut bindings::rdma_cm_id,
-        handler: H,
-        in_handler: bool,
-    ) -> Result<Self> {
-        let h = KBox::into_raw(KBox::new(handler, GFP_KERNEL)?);
-        let ctx = KBox::new(
-            Ctx {
-                id,
-                handler: AtomicPtr::new(h.cast()),
-                drop_handler: drop_handler::<H>,
-                locked_by: AtomicPtr::new(if in_handler {
-                    current()
-                } else {
-                    core::ptr::null_mut()
-                }),
-                doomed: AtomicBool::new(false),
-                work: Opaque::uninit(),
-            },
-            GFP_KERNEL,
-        );
-        let ctx = match ctx {
-            Ok(c) => KBox::into_raw(c),
-            Err(e) => {
-                // SAFETY: `h` was just leaked and is not referenced.
-                unsafe { drop_handler::<H>(h.cast()) };
-                return Err(e.into());
-            }
-        };
-        if !id.is_null() {
-            // SAFETY: Per the safety requirements no event reads the context concurrently.
-            unsafe { (*id).context = ctx.cast() };
-        }
-        // INVARIANT: `id` has `ctx` as its context (or is set by the caller, see `CmId::new`).
-        Ok(Self { ctx })
-    }
-
-    fn ctx(&self) -> &Ctx {
-        // SAFETY: Valid until `self` is dropped (invariant).
-        unsafe { &*self.ctx }
-    }
-
-    pub(crate) fn id(&self) -> *mut bindings::rdma_cm_id {
-        self.ctx().id
-    }
-}
-
-impl Drop for IdCore {
-    fn drop(&mut self) {
-        let ctx = self.ctx();
-        if ctx.locked_here() {
-            // Inside a handler of this id: `trampoline` finishes the job when it returns.
-            ctx.doomed.store(true, Ordering::Release);
-            return;
-        }
-        might_sleep();
-        // SAFETY: The id is valid (invariant); this waits for a handler running elsewhere, and
-        // no event is delivered afterwards.
-        unsafe { bindings::rdma_destroy_id(ctx.id) };
-        ctx.drop_handler();
-        // SAFETY: Nothing references the context any more (the id is gone).
-        drop(unsafe { KBox::from_raw(self.ctx) });
     }
 }
 
@@ -504,40 +374,31 @@ impl<H: Handler> CmId<H> {
     /// Creates an id in the initial network namespace (`rdma_create_id`) whose events go to
     /// `handler`. May sleep.
     pub fn new(ps: PortSpace, handler: H) -> Result<Self> {
-        might_sleep();
-        // SAFETY: A null id is filled in below, before the id can have events.
-        let core = unsafe { IdCore::new::<H>(core::ptr::null_mut(), handler, false) }?;
+        sleepable()?;
+        watch_unloads();
+        // SAFETY: A null id is recorded below, before the id can have events.
+        let mut core = unsafe { IdCore::new::<H>(core::ptr::null_mut(), handler, false) }?;
         let (raw_ps, qp_type) = ps.raw();
         // SAFETY: `init_net` is a static; the context outlives the id (`IdCore` destroys the
-        // id before freeing it); `trampoline::<H>` matches the handler in the context.
+        // id before freeing it); `cm_event` reads that context.
         let id = unsafe {
             bindings::__rdma_create_kernel_id(
                 &raw mut bindings::init_net,
-                Some(trampoline::<H>),
-                core.ctx.cast(),
+                Some(cm_event),
+                core.ctx_ptr().cast(),
                 raw_ps,
                 qp_type,
                 c"kernel::rdma".as_ptr().cast(),
             )
         };
-        match from_err_ptr(id) {
-            Ok(id) => {
-                // SAFETY: The context is ours; the id has no event before an operation on it.
-                unsafe { (*core.ctx).id = id };
-                Ok(Self {
-                    core: Arc::new(core, GFP_KERNEL)?,
-                    _h: PhantomData,
-                })
-            }
-            Err(e) => {
-                let ctx = core.ctx;
-                core::mem::forget(core);
-                // SAFETY: No id was created: the context and handler are only ours.
-                let ctx = unsafe { KBox::from_raw(ctx) };
-                ctx.drop_handler();
-                Err(e)
-            }
-        }
+        // On failure `core`, which has no id, frees its context and handler.
+        let id = from_err_ptr(id)?;
+        // SAFETY: `id` was just created with the context of `core`, which has none yet.
+        unsafe { core.set_id(id) };
+        Ok(Self {
+            core: Arc::new(core, GFP_KERNEL)?,
+            _h: PhantomData,
+        })
     }
 
     /// The handler of the id.
@@ -562,7 +423,46 @@ impl<H: Handler> CmId<H> {
         recv_cq: &Arc<Cq>,
         caps: &QpCaps,
     ) -> Result<Qp<Init>> {
-        Qp::create_on_cm(&self.core, pd, send_cq, recv_cq, caps)
+        sleepable()?;
+        let ctx = self.core.ctx();
+        let raw = ctx.id;
+        // SAFETY: The id is valid while `self` holds it; its device, port and QP type are set
+        // by the CM (the device once the id is bound or resolved).
+        let (dev, qp_type, port) = unsafe { ((*raw).device, (*raw).qp_type, (*raw).port_num) };
+        if dev.is_null() || dev != pd.device().as_raw() {
+            return Err(EINVAL);
+        }
+        // One QP per id: claimed here, so that two callers cannot both create one.
+        if ctx
+            .qp_claimed
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return Err(EBUSY);
+        }
+        // SAFETY: As above; a QP created on the id elsewhere would be leaked by a second one.
+        if !unsafe { (*raw).qp }.is_null() {
+            ctx.qp_claimed.store(false, Ordering::Release);
+            return Err(EBUSY);
+        }
+        let qp_type = if qp_type == bindings::ib_qp_type_IB_QPT_UD {
+            QpType::Ud
+        } else {
+            QpType::Rc
+        };
+        let on = created_on(self.core.clone());
+        let qp = Qp::create_on(on, port, pd, qp_type, send_cq, recv_cq, caps, |pd, init| {
+            // SAFETY: The id is valid, `pd` a PD of its device and `init` fully initialised;
+            // on success the CM has put the new QP in the id (and moved it to Init, or for UD
+            // to ready to send).
+            to_result(unsafe { bindings::rdma_create_qp(raw, pd, init) })?;
+            // SAFETY: Set by `rdma_create_qp` just now.
+            Ok(unsafe { (*raw).qp })
+        });
+        if qp.is_err() {
+            ctx.qp_claimed.store(false, Ordering::Release);
+        }
+        qp
     }
 }
 
@@ -725,181 +625,5 @@ impl Id {
     pub fn peer_addr(&self) -> Option<SockAddrV4> {
         // SAFETY: The id is valid; its address is a socket address.
         unsafe { SockAddrV4::from_raw(&raw const (*self.raw()).route.addr.dst_addr) }
-    }
-}
-
-/// Translates a CM event for `H` and calls it.
-///
-/// # Safety
-///
-/// Called by the CM with a valid id of this module whose context is a `Ctx` for `H` (for a
-/// connection request: the listener's), and a valid event, with the id's handler lock held.
-unsafe extern "C" fn trampoline<H: Handler>(
-    id: *mut bindings::rdma_cm_id,
-    ev: *mut bindings::rdma_cm_event,
-) -> crate::ffi::c_int {
-    // SAFETY: Per the safety requirements.
-    let (ctx_ptr, ev) = unsafe { ((*id).context.cast::<Ctx>(), &*ev) };
-    // SAFETY: The context is valid until the id is destroyed, which cannot happen while its
-    // handler lock is held.
-    let ctx = unsafe { &*ctx_ptr };
-    if ev.event == bindings::rdma_cm_event_type_RDMA_CM_EVENT_CONNECT_REQUEST {
-        // SAFETY: As for this function; `id` is the new id, `ctx` its listener's.
-        return unsafe { connect_request::<H>(id, ctx_ptr, ev) };
-    }
-    if ctx.doomed.load(Ordering::Acquire) {
-        // A work item is about to destroy the id; its handler is gone.
-        return 0;
-    }
-    let handler = ctx.handler.load(Ordering::Acquire);
-    if handler.is_null() {
-        return 0;
-    }
-    // SAFETY: The handler is the `KBox<H>` of the context, dropped only under the handler lock
-    // (held) or after the id is destroyed.
-    let h = unsafe { &*handler.cast::<H>() };
-    // SAFETY: The event's union holds what its type says.
-    let event = unsafe { translate::<H>(id, ev) };
-    ctx.locked_by.store(current(), Ordering::Release);
-    // SAFETY: The id is valid for the call.
-    h.event(unsafe { Id::from_raw(id) }, event);
-    ctx.locked_by
-        .store(core::ptr::null_mut(), Ordering::Release);
-    if ctx.doomed.load(Ordering::Acquire) {
-        // The last reference to the id went in the handler: the CM destroys the id when told
-        // so by the return value, and never calls the handler again.
-        ctx.drop_handler();
-        // SAFETY: Nothing references the context any more.
-        drop(unsafe { KBox::from_raw(ctx_ptr) });
-        return 1;
-    }
-    0
-}
-
-/// # Safety
-///
-/// As for `trampoline`; `id` is the new id of a connection request and `ctx_ptr` the context
-/// of its listener, whose handler lock the CM holds too.
-unsafe fn connect_request<H: Handler>(
-    id: *mut bindings::rdma_cm_id,
-    ctx_ptr: *mut Ctx,
-    ev: &bindings::rdma_cm_event,
-) -> crate::ffi::c_int {
-    // SAFETY: Per the safety requirements.
-    let ctx = unsafe { &*ctx_ptr };
-    let handler = ctx.handler.load(Ordering::Acquire);
-    if ctx.doomed.load(Ordering::Acquire) || handler.is_null() {
-        // The listener is going away: refuse.
-        return 1;
-    }
-    // SAFETY: As in `trampoline`.
-    let h = unsafe { &*handler.cast::<H>() };
-    let taken = Cell::new(core::ptr::null_mut::<Ctx>());
-    let req = Request {
-        id,
-        event: ev,
-        taken: &taken,
-        _h: PhantomData,
-    };
-    ctx.locked_by.store(current(), Ordering::Release);
-    // SAFETY: The listener is valid (its lock is held).
-    h.event(unsafe { Id::from_raw(ctx.id) }, Event::ConnectRequest(req));
-    ctx.locked_by
-        .store(core::ptr::null_mut(), Ordering::Release);
-    let child = taken.get();
-    let ret = if child.is_null() {
-        // Not taken: the CM destroys the new id, which refuses the peer.
-        1
-    } else {
-        // SAFETY: `take` created the new id's context; it is valid until freed here or by the
-        // id's owner, which cannot happen before this returns (the id's lock is held).
-        let c = unsafe { &*child };
-        c.locked_by.store(core::ptr::null_mut(), Ordering::Release);
-        if c.doomed.load(Ordering::Acquire) {
-            c.drop_handler();
-            // SAFETY: The id's last reference is gone; nothing else references its context.
-            drop(unsafe { KBox::from_raw(child) });
-            1
-        } else {
-            0
-        }
-    };
-    if ctx.doomed.load(Ordering::Acquire) {
-        // The listener's last reference went in this handler, and the CM holds its lock until
-        // this returns: destroy it from a work item.
-        ctx.drop_handler();
-        let work = ctx.work.get();
-        // SAFETY: `work` is unused until now; `destroy_work` matches it; the context is owned
-        // by the work item from here on, and lives until it runs.
-        unsafe {
-            bindings::init_work_with_key(
-                work,
-                Some(destroy_work),
-                false,
-                c"kernel::rdma::cm::destroy".as_ptr().cast(),
-                crate::static_lock_class!().as_ptr(),
-            );
-            bindings::queue_work_on(
-                bindings::wq_misc_consts_WORK_CPU_UNBOUND as _,
-                bindings::system_wq,
-                work,
-            );
-        }
-    }
-    ret
-}
-
-/// # Safety
-///
-/// `ev` must be a valid event (not a connection request) of the current handler call of the
-/// valid id `id`.
-unsafe fn translate<'a, H: Handler>(
-    id: *mut bindings::rdma_cm_id,
-    ev: &'a bindings::rdma_cm_event,
-) -> Event<'a, H> {
-    let status = ev.status;
-    let err = || {
-        if status < 0 {
-            Error::from_errno(status)
-        } else {
-            EIO
-        }
-    };
-    // SAFETY: For the events below, the union holds connection parameters, except for the
-    // UDP port space's establishment, which holds UD parameters (see `Established`).
-    let conn = unsafe { &ev.param.conn };
-    match ev.event {
-        bindings::rdma_cm_event_type_RDMA_CM_EVENT_ADDR_RESOLVED => Event::AddrResolved,
-        bindings::rdma_cm_event_type_RDMA_CM_EVENT_ADDR_ERROR => Event::AddrError(err()),
-        bindings::rdma_cm_event_type_RDMA_CM_EVENT_ROUTE_RESOLVED => Event::RouteResolved,
-        bindings::rdma_cm_event_type_RDMA_CM_EVENT_ROUTE_ERROR => Event::RouteError(err()),
-        bindings::rdma_cm_event_type_RDMA_CM_EVENT_CONNECT_ERROR => Event::ConnectError(err()),
-        bindings::rdma_cm_event_type_RDMA_CM_EVENT_UNREACHABLE => Event::Unreachable(err()),
-        bindings::rdma_cm_event_type_RDMA_CM_EVENT_REJECTED => Event::Rejected {
-            reason: status,
-            // SAFETY: The CM passes the reject's private data (or none).
-            private_data: unsafe { private_data(conn) },
-        },
-        bindings::rdma_cm_event_type_RDMA_CM_EVENT_ESTABLISHED => {
-            // A UD id's ESTABLISHED is the SIDR reply (only the active side gets one): it
-            // carries UD parameters with a resolved address vector.
-            // SAFETY: The id is valid; both variants start with the private data.
-            let (is_ud, ud) = unsafe {
-                (
-                    (*id).qp_type == bindings::ib_qp_type_IB_QPT_UD,
-                    &ev.param.ud,
-                )
-            };
-            Event::Established {
-                // SAFETY: As above.
-                private_data: unsafe { private_data(conn) },
-                ud: is_ud.then_some(UdPeer { param: ud }),
-            }
-        }
-        bindings::rdma_cm_event_type_RDMA_CM_EVENT_DISCONNECTED => Event::Disconnected,
-        bindings::rdma_cm_event_type_RDMA_CM_EVENT_DEVICE_REMOVAL => Event::DeviceRemoval,
-        bindings::rdma_cm_event_type_RDMA_CM_EVENT_ADDR_CHANGE => Event::AddrChange,
-        bindings::rdma_cm_event_type_RDMA_CM_EVENT_TIMEWAIT_EXIT => Event::TimewaitExit,
-        other => Event::Other(other, status),
     }
 }

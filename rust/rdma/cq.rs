@@ -9,9 +9,19 @@
 //! every [`Wr`](super::wr::Wr) and hands the request, with its buffers, back to its owner's
 //! [`Completion::done`](super::wr::Completion::done). The [`PollContext`] chosen here decides
 //! where that runs.
+//!
+//! kernel::rdma sometimes has to process a CQ's completions itself (destroying an SRQ gives
+//! back what is left in its CQ, draining a UD QP waits for handlers still running):
+//! [`Cq::quiesce`] does it with every other poller of the CQ excluded, whatever its poll
+//! context, so that no handler can run concurrently with it.
 
-use super::device::Device;
+use super::{
+    defer::{Deferred, Teardown},
+    device::Device,
+    sync::{atomic, current, might_sleep, sleepable},
+};
 use crate::{
+    alloc::{flags::GFP_KERNEL, KBox},
     bindings,
     error::{code::*, from_err_ptr, Result},
     sync::Arc,
@@ -19,7 +29,7 @@ use crate::{
 };
 use core::{
     fmt,
-    sync::atomic::{AtomicU32, Ordering},
+    sync::atomic::{AtomicPtr, AtomicU32, Ordering},
 };
 
 /// Where the completion handlers of a CQ run (`enum ib_poll_context`).
@@ -48,30 +58,101 @@ impl PollContext {
     }
 }
 
+/// Who polls a CQ besides the RDMA core, through `ib_cq.cq_context`.
+pub(crate) struct Shared {
+    /// The task that holds the poller slot: running [`Cq::poll_direct`], or processing the CQ
+    /// itself ([`Cq::exclusive`]: an SRQ teardown, a drain). It excludes every other such
+    /// caller.
+    poller: AtomicPtr<bindings::task_struct>,
+    /// Callers waiting for the slot with [`Cq::exclusive`]: direct pollers stay out meanwhile,
+    /// so that a busy poller cannot starve them.
+    waiting: AtomicU32,
+}
+
+impl Shared {
+    /// Takes the poller slot; `false` if another task has it, or this one already does (a
+    /// handler polling its own CQ).
+    fn try_poll(&self) -> bool {
+        self.poller
+            .compare_exchange(
+                core::ptr::null_mut(),
+                current(),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+    }
+
+    fn end_poll(&self) {
+        self.poller.store(core::ptr::null_mut(), Ordering::Release);
+    }
+}
+
 /// A completion queue.
 ///
 /// QPs hold an `Arc<Cq>` for each of their queues, so a CQ is freed only after the QPs that
 /// report to it are destroyed.
+pub struct Cq {
+    raw: Deferred<RawCq>,
+}
+
+/// The C object of a [`Cq`]; dropping it frees the CQ.
 ///
 /// # Invariants
 ///
-/// `ptr` is a CQ allocated with `__ib_alloc_cq` on `device` with poll context `poll`, valid
-/// until `Cq` is dropped.
-pub struct Cq {
+/// `ptr` is a CQ allocated with `__ib_alloc_cq` on `device` with poll context `poll` and
+/// `shared` as its `cq_context`, valid until `RawCq` is dropped.
+struct RawCq {
     ptr: *mut bindings::ib_cq,
     poll: PollContext,
     device: ARef<Device>,
     /// Entries promised to the queues of the QPs that report here.
     reserved: AtomicU32,
+    shared: KBox<Shared>,
 }
 
 // SAFETY: A CQ may be used and freed from any thread.
-unsafe impl Send for Cq {}
-// SAFETY: The RDMA core serialises polling; the wrapper exposes nothing else that mutates.
-unsafe impl Sync for Cq {}
+unsafe impl Send for RawCq {}
+// SAFETY: The RDMA core serialises polling; the wrapper's own state is atomic.
+unsafe impl Sync for RawCq {}
+
+impl RawCq {
+    /// Whether the current task runs a handler of this CQ in process context: its work item,
+    /// or the holder of its poller slot (a direct poller, or kernel::rdma processing the CQ).
+    fn in_handler(&self) -> bool {
+        if self.shared.poller.load(Ordering::Acquire) == current() {
+            return true;
+        }
+        matches!(
+            self.poll,
+            PollContext::Workqueue | PollContext::UnboundWorkqueue
+        ) && {
+            // SAFETY: `current_work` only reads the current worker; `ptr` is valid (invariant)
+            // and only the address of its work item is taken.
+            unsafe { bindings::current_work() == &raw mut (*self.ptr).__bindgen_anon_1.work }
+        }
+    }
+}
+
+impl Teardown for RawCq {
+    fn must_defer(&self) -> bool {
+        // `ib_free_cq` waits for the CQ's work item or `irq_poll`: not from its own handler.
+        atomic() || self.in_handler()
+    }
+}
+
+impl Drop for RawCq {
+    fn drop(&mut self) {
+        might_sleep();
+        // SAFETY: `ptr` is valid (invariant); the QPs using it hold `Arc<Cq>` and are gone.
+        // `ib_free_cq` waits for running handlers (it sleeps: process context only, never one
+        // of its own handlers, see `must_defer`).
+        unsafe { bindings::ib_free_cq(self.ptr) };
+    }
+}
 
 impl Cq {
-    /// Allocates a CQ of at least `entries` entries on `device` (`ib_alloc_cq`). May sleep.
+    /// Allocates a CQ of at least `entries` entries on `device` (`ib_alloc_cq`). Sleeps.
     ///
     /// `EINVAL` when `entries` is zero or above the device's `max_cqe`, or when `comp_vector`
     /// is not one of the device's completion vectors.
@@ -98,6 +179,7 @@ impl Cq {
         comp_vector: u32,
         poll: PollContext,
     ) -> Result<Arc<Self>> {
+        sleepable()?;
         if entries == 0 || entries > device.attrs().max_cqe() {
             return Err(EINVAL);
         }
@@ -106,47 +188,56 @@ impl Cq {
         }
         let nr = i32::try_from(entries).map_err(|_| EINVAL)?;
         let vec = i32::try_from(comp_vector).map_err(|_| EINVAL)?;
-        // SAFETY: `device` is registered; the caller string is static; no private data.
+        let shared = KBox::new(
+            Shared {
+                poller: AtomicPtr::new(core::ptr::null_mut()),
+                waiting: AtomicU32::new(0),
+            },
+            GFP_KERNEL,
+        )?;
+        // SAFETY: `device` is registered; the caller string is static; the private data is the
+        // CQ's `Shared`, which outlives it (freed after `ib_free_cq`).
         let ptr = from_err_ptr(unsafe {
             bindings::__ib_alloc_cq(
                 device.as_raw(),
-                core::ptr::null_mut(),
+                (&raw const *shared).cast_mut().cast(),
                 nr,
                 vec,
                 poll.to_raw(),
                 c"kernel::rdma".as_ptr().cast(),
             )
         })?;
-        // INVARIANT: `ptr` was just allocated with `poll` on `device`.
-        let cq = Self {
+        // INVARIANT: `ptr` was just allocated with `poll` on `device`, with `shared`.
+        let raw = Deferred::new(RawCq {
             ptr,
             poll,
             device: device.into(),
             reserved: AtomicU32::new(0),
-        };
-        Ok(Arc::new(cq, crate::alloc::flags::GFP_KERNEL)?)
+            shared,
+        })?;
+        Ok(Arc::new(Cq { raw }, GFP_KERNEL)?)
     }
 
     pub(crate) fn as_raw(&self) -> *mut bindings::ib_cq {
-        self.ptr
+        self.raw.ptr
     }
 
     /// The device of the CQ.
     pub fn device(&self) -> &Device {
-        &self.device
+        &self.raw.device
     }
 
     /// The number of entries the driver actually allocated (at least the number asked for).
     pub fn entries(&self) -> u32 {
         // SAFETY: `ptr` is valid (invariant); `cqe` is set at creation.
-        u32::try_from(unsafe { (*self.ptr).cqe }).unwrap_or(0)
+        u32::try_from(unsafe { (*self.raw.ptr).cqe }).unwrap_or(0)
     }
 
     /// Promises `n` entries to a queue reporting here: a CQ with more work requests
     /// outstanding than entries overruns, which is a fatal device error. `EINVAL` if the free
     /// entries are fewer than `n`.
     pub(crate) fn reserve(&self, n: u32) -> Result {
-        if super::sync::claim(&self.reserved, n, self.entries()) {
+        if super::sync::claim(&self.raw.reserved, n, self.entries()) {
             Ok(())
         } else {
             Err(EINVAL)
@@ -155,42 +246,135 @@ impl Cq {
 
     /// Gives back entries promised by [`Cq::reserve`].
     pub(crate) fn unreserve(&self, n: u32) {
-        self.reserved.fetch_sub(n, Ordering::AcqRel);
+        self.raw.reserved.fetch_sub(n, Ordering::AcqRel);
     }
 
     /// Entries not promised to any QP queue yet.
     pub fn free_entries(&self) -> u32 {
         self.entries()
-            .saturating_sub(self.reserved.load(Ordering::Acquire))
+            .saturating_sub(self.raw.reserved.load(Ordering::Acquire))
     }
 
     /// The poll context the CQ was allocated with.
     pub fn poll_context(&self) -> PollContext {
-        self.poll
+        self.raw.poll
+    }
+
+    /// Whether the current task is running a handler of this CQ in process context: a
+    /// teardown that waits for the CQ's handlers must not run here.
+    pub(crate) fn in_handler(&self) -> bool {
+        self.raw.in_handler()
     }
 
     /// Processes up to `budget` completions of a [`PollContext::Direct`] CQ in the caller's
     /// context (`ib_process_cq_direct`) and returns how many were processed.
     ///
-    /// The handlers run in the caller's context. `EINVAL` for any other poll context, whose
+    /// The handlers run in the caller's context. One task polls a CQ at a time: while another
+    /// task polls it (or kernel::rdma quiesces it), and when called from one of the CQ's own
+    /// handlers, this returns `Ok(0)` at once. `EINVAL` for any other poll context, whose
     /// completions the core processes by itself.
     pub fn poll_direct(&self, budget: u32) -> Result<u32> {
-        if self.poll != PollContext::Direct {
+        if self.raw.poll != PollContext::Direct {
             return Err(EINVAL);
         }
+        let shared = &self.raw.shared;
+        if shared.waiting.load(Ordering::Acquire) != 0 || !shared.try_poll() {
+            return Ok(0);
+        }
         let budget = i32::try_from(budget).unwrap_or(i32::MAX);
-        // SAFETY: `ptr` is a valid direct-polled CQ (invariant and check above).
-        let n = unsafe { bindings::ib_process_cq_direct(self.ptr, budget) };
+        // SAFETY: `ptr` is a valid direct-polled CQ (invariant and check above), polled by no
+        // one else (`try_poll`).
+        let n = unsafe { bindings::ib_process_cq_direct(self.raw.ptr, budget) };
+        shared.end_poll();
         Ok(u32::try_from(n).unwrap_or(0))
+    }
+
+    /// Takes the CQ's poller slot for the caller, waiting for the current holder (every other
+    /// direct poller gets `Ok(0)` meanwhile): the caller may then process the CQ itself. Sleeps:
+    /// process context, not one of the CQ's handlers.
+    pub(crate) fn exclusive(&self) -> Exclusive<'_> {
+        might_sleep();
+        let shared = &self.raw.shared;
+        shared.waiting.fetch_add(1, Ordering::AcqRel);
+        while !shared.try_poll() {
+            // SAFETY: Process context (`might_sleep` above).
+            unsafe { bindings::msleep(1) };
+        }
+        shared.waiting.fetch_sub(1, Ordering::AcqRel);
+        Exclusive(self)
+    }
+
+    /// [`Exclusive::quiesce`], with the poller slot taken and given back.
+    pub(crate) fn quiesce(&self) {
+        self.exclusive().quiesce();
+    }
+
+    /// Runs `f` as a handler of this CQ would run: with bottom halves disabled for a softirq
+    /// CQ. For handing requests back outside the core's polling. Process context.
+    pub(crate) fn as_handler(&self, f: impl FnOnce()) {
+        if self.raw.poll == PollContext::Softirq {
+            // SAFETY: Paired with `local_bh_enable` below.
+            unsafe { bindings::local_bh_disable() };
+            f();
+            // SAFETY: Paired with `local_bh_disable` above.
+            unsafe { bindings::local_bh_enable() };
+        } else {
+            f();
+        }
     }
 }
 
-impl Drop for Cq {
+/// The poller slot of a CQ, held (see [`Cq::exclusive`]); dropping it gives the slot back.
+pub(crate) struct Exclusive<'a>(&'a Cq);
+
+impl Exclusive<'_> {
+    /// Processes up to `budget` completions of a direct CQ here; nothing for other CQs, whose
+    /// completions their poller processes.
+    pub(crate) fn poll(&self, budget: i32) {
+        if self.0.raw.poll == PollContext::Direct {
+            // SAFETY: A valid direct CQ (invariant), whose poller slot is ours.
+            unsafe { bindings::ib_process_cq_direct(self.0.raw.ptr, budget) };
+        }
+    }
+
+    /// Processes, in the caller's context, every completion in the CQ, with its `irq_poll` or
+    /// work item disabled meanwhile (direct pollers are kept out by the slot), then re-arms it
+    /// as its poller would. When it returns, no handler of a completion that was in the CQ is
+    /// running or still to run. Handlers run with bottom halves disabled for softirq CQs, as
+    /// they do from `irq_poll`. Sleeps.
+    pub(crate) fn quiesce(&self) {
+        // SAFETY: `ptr` is valid; process context; no direct poller runs (the slot is ours).
+        unsafe { bindings::rdma_cq_quiesce(self.0.raw.ptr) };
+    }
+}
+
+impl Drop for Exclusive<'_> {
     fn drop(&mut self) {
-        super::sync::might_sleep();
-        // SAFETY: `ptr` is valid (invariant); the QPs using it hold `Arc<Cq>` and are gone.
-        // `ib_free_cq` waits for running handlers (it sleeps: process context only).
-        unsafe { bindings::ib_free_cq(self.ptr) };
+        self.0.raw.shared.end_poll();
+    }
+}
+
+/// A posted request, type-erased, that kernel::rdma gives back to its owner itself, with a
+/// flush completion, when the core cannot: a receive left on a destroyed SRQ, a chained send
+/// the driver took only part of.
+pub(crate) struct Orphan {
+    pub(crate) raw: *mut crate::ffi::c_void,
+    pub(crate) flush: unsafe fn(*mut crate::ffi::c_void),
+}
+
+// SAFETY: The request behind `raw` is `Send` (every `Completion` is) and is only handed back.
+unsafe impl Send for Orphan {}
+
+impl Orphan {
+    /// Gives the request back to its owner as flushed, as a handler of `cq` would.
+    ///
+    /// # Safety
+    ///
+    /// Nothing posted may refer to the request any more, and no completion of it may be left
+    /// to dispatch.
+    pub(crate) unsafe fn flush(self, cq: &Cq) {
+        // SAFETY: Per the safety requirements, the request is the caller's to give back, once.
+        cq.as_handler(|| unsafe { (self.flush)(self.raw) });
     }
 }
 
@@ -319,12 +503,11 @@ impl Wc {
         Self { raw: *raw, qp_num }
     }
 
-    /// A flush completion for a receive that never reached a QP (left on a destroyed SRQ).
-    pub(crate) fn flushed_recv() -> Self {
+    /// A flush completion for a request that kernel::rdma hands back itself ([`Orphan`]).
+    pub(crate) fn flushed() -> Self {
         // SAFETY: All-zeroes is a valid `ib_wc` (null pointers, zero fields).
         let mut raw: bindings::ib_wc = unsafe { core::mem::zeroed() };
         raw.status = bindings::ib_wc_status_IB_WC_WR_FLUSH_ERR;
-        raw.opcode = bindings::ib_wc_opcode_IB_WC_RECV;
         Self { raw, qp_num: 0 }
     }
 
@@ -376,7 +559,8 @@ impl Wc {
 
     /// The number of the QP the work request was posted on, or (for a receive taken from an
     /// [`Srq`](super::srq::Srq)) that consumed it; 0 when that QP was already destroyed, or for
-    /// a receive flushed off a destroyed SRQ.
+    /// a request that kernel::rdma flushed itself (a receive left on a destroyed SRQ, a request
+    /// the driver took only part of).
     pub fn qp_num(&self) -> u32 {
         self.qp_num
     }

@@ -229,11 +229,12 @@ impl Device {
     }
 
     /// Finds the GID of `port` through which RoCE traffic of this kernel can flow: a RoCE v2
-    /// GID that maps an IPv4 address (`::ffff:a.b.c.d`), or else the first valid GID.
+    /// GID that maps an IPv4 address (`::ffff:a.b.c.d`), or else the first valid GID. Only the
+    /// first 256 entries are looked at: an address vector names its source GID in 8 bits.
     ///
     /// `ENOENT` when the table holds no valid GID (for instance no address on the netdev).
     pub fn find_gid(&self, port: u32) -> Result<GidEntry> {
-        let len = self.query_port(port)?.gid_tbl_len();
+        let len = self.query_port(port)?.gid_tbl_len().min(256);
         let mut first = None;
         for i in 0..len {
             let Ok(g) = self.gid(port, i) else { continue };

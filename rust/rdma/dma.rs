@@ -1,84 +1,247 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! DMA mappings of buffers for work requests (`ib_dma_map_*`).
+//! DMA mappings of memory for work requests (`ib_dma_map_*`).
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 //!
 //! A work request names memory by DMA address and lkey. [`DmaBuf`] is a kernel buffer that is
-//! mapped for a device for as long as it lives: it is allocated from the linear map (`kmalloc`;
-//! never vmalloc or the stack, which software devices such as `rdma_rxe` cannot reach), mapped
-//! with `ib_dma_map_single` when created and unmapped when dropped. [`DmaPage`] does the same for
-//! a whole page with `ib_dma_map_page`, and [`DmaSg`] for a scatterlist of pages with
-//! `ib_dma_map_sg`.
+//! mapped for a device for as long as it lives: it is from the linear map (`kmalloc`; never
+//! vmalloc or the stack, which software devices such as `rdma_rxe` cannot reach), mapped with
+//! `ib_dma_map_single` when created and unmapped when dropped. [`DmaPage`] does the same for a
+//! page with `ib_dma_map_page`, and [`DmaSg`] for a scatterlist of pages with `ib_dma_map_sg`.
+//! Each can be allocated here or made from memory the caller already owns
+//! ([`DmaBuf::from_vec`], [`DmaPage::from_page`], [`DmaSg::from_pages`]), which is mapped in
+//! place, without a copy, and given back unmapped ([`DmaBuf::into_vec`], ...).
 //!
-//! The CPU may look at a buffer only while no posted work request refers to it; the work request
-//! types of this crate enforce that by owning the buffers they use until their completion.
-//! Access through [`DmaBuf::as_slice`] and [`DmaBuf::as_mut_slice`] syncs the buffer for the CPU;
-//! posting syncs it for the device.
+//! The direction of a mapping is part of its type: [`ToDevice`] memory can only be read by the
+//! device (SEND, RDMA WRITE and inline sources), [`FromDevice`] memory only written by it
+//! (receive, RDMA READ and atomic targets), [`Bidirectional`] (the default) both. Naming memory
+//! for the wrong direction does not compile.
+//!
+//! The CPU may look at memory only while no posted work request refers to it; the work request
+//! types of this crate enforce that by owning the memory they use until their completion, and
+//! memory the device writes must be lent to a request exclusively (`&mut`), so nothing else can
+//! read it meanwhile. Access through [`DmaBuf::as_slice`], [`DmaBuf::as_mut_slice`] and the
+//! `read`/`write` methods syncs the memory for the CPU; posting syncs it for the device.
 
 use super::{device::Device, pd::Pd};
 use crate::{
-    alloc::{flags::*, Flags, KBox, KVec},
+    alloc::{Flags, KVec},
     bindings,
     error::{code::*, Error, Result},
-    page::{Page, PAGE_SIZE},
     sync::Arc,
-    types::Opaque,
 };
-use core::ops::Range;
+use core::{marker::PhantomData, mem::ManuallyDrop, ops::Range};
 
-/// `DMA_BIDIRECTIONAL`: the device both reads and writes the buffers of this module.
-const DIR: bindings::dma_data_direction = bindings::dma_data_direction_DMA_BIDIRECTIONAL;
+mod page;
+mod sg;
+
+pub use page::DmaPage;
+pub use sg::{DmaSg, MAX_SG_PAGES};
+
+mod private {
+    pub trait Sealed {}
+}
+
+/// The direction of a DMA mapping (`enum dma_data_direction`).
+pub trait Direction: private::Sealed + Send + Sync + 'static {
+    /// The C value.
+    #[doc(hidden)]
+    const RAW: bindings::dma_data_direction;
+}
+
+/// A direction in which the device reads the memory.
+pub trait DeviceReads: Direction {}
+
+/// A direction in which the device writes the memory.
+pub trait DeviceWrites: Direction {}
+
+/// Memory the device only reads (`DMA_TO_DEVICE`).
+pub struct ToDevice;
+/// Memory the device only writes (`DMA_FROM_DEVICE`).
+pub struct FromDevice;
+/// Memory the device reads and writes (`DMA_BIDIRECTIONAL`).
+pub struct Bidirectional;
+
+impl private::Sealed for ToDevice {}
+impl private::Sealed for FromDevice {}
+impl private::Sealed for Bidirectional {}
+impl Direction for ToDevice {
+    const RAW: bindings::dma_data_direction = bindings::dma_data_direction_DMA_TO_DEVICE;
+}
+impl Direction for FromDevice {
+    const RAW: bindings::dma_data_direction = bindings::dma_data_direction_DMA_FROM_DEVICE;
+}
+impl Direction for Bidirectional {
+    const RAW: bindings::dma_data_direction = bindings::dma_data_direction_DMA_BIDIRECTIONAL;
+}
+impl DeviceReads for ToDevice {}
+impl DeviceReads for Bidirectional {}
+impl DeviceWrites for FromDevice {}
+impl DeviceWrites for Bidirectional {}
+
+/// The most scatter/gather entries of one send request, over all its operations.
+pub const MAX_SGE: usize = 16;
+
+/// The most scatter entries of one receive request.
+pub const MAX_RECV_SGE: usize = 16;
 
 /// Largest [`DmaBuf`]: what `kmalloc` hands out as one physically contiguous piece.
 pub const MAX_BUF: usize = 4 << 20;
 
-/// A zero-filled kernel buffer, DMA-mapped for the device of a [`Pd`] while it lives.
+/// `offset .. offset + len` if it is not empty and lies inside `total` bytes; `EINVAL` otherwise.
+///
+/// The one bounds check of every access to mapped memory.
+pub(crate) fn span(offset: usize, len: usize, total: usize) -> Result<Range<usize>> {
+    let end = offset.checked_add(len).ok_or(EINVAL)?;
+    if len == 0 || end > total {
+        return Err(EINVAL);
+    }
+    Ok(offset..end)
+}
+
+/// Copies `len` bytes with volatile accesses: the memory of a registered memory region may be
+/// written by a peer at any time, so it is never read or written as ordinary Rust memory.
+///
+/// # Safety
+///
+/// `src` must be valid for reads and `dst` for writes of `len` bytes.
+pub(crate) unsafe fn copy_volatile(src: *const u8, dst: *mut u8, len: usize) {
+    let mut i = 0;
+    while i < len {
+        // SAFETY: `i < len`, inside both ranges (the caller's guarantee).
+        unsafe { dst.add(i).write_volatile(src.add(i).read_volatile()) };
+        i += 1;
+    }
+}
+
+/// Memory that work requests can name, mapped for the device of a PD.
+///
+/// Implemented by [`DmaBuf`], [`DmaPage`] and [`DmaSg`]; the device reads it when the mapping's
+/// direction is [`DeviceReads`], and writes it when it is [`DeviceWrites`].
+pub trait Mapped: private::Sealed {
+    /// The PD whose device the memory is mapped for.
+    fn pd(&self) -> &Arc<Pd>;
+
+    /// The size of the memory in bytes.
+    fn size(&self) -> usize;
+
+    /// The DMA address and length of the longest DMA-contiguous piece that starts at byte
+    /// `offset` and ends by byte `end`, after syncing it for the device. The caller has checked
+    /// the range.
+    #[doc(hidden)]
+    fn piece_for_device(&self, offset: usize, end: usize) -> (u64, u32);
+}
+
+/// Memory the device may read: the source of a SEND or an RDMA WRITE. Mapped memory whose
+/// direction is [`DeviceReads`].
+pub trait Gather: Mapped {}
+
+/// Memory the device may write: a receive buffer, the target of an RDMA READ or the result of
+/// an atomic. Mapped memory whose direction is [`DeviceWrites`], lent to requests exclusively.
+pub trait Scatter: Mapped {}
+
+impl<D: DeviceReads> Gather for DmaBuf<D> {}
+impl<D: DeviceReads> Gather for DmaPage<D> {}
+impl<D: DeviceReads> Gather for DmaSg<D> {}
+impl<D: DeviceWrites> Scatter for DmaBuf<D> {}
+impl<D: DeviceWrites> Scatter for DmaPage<D> {}
+impl<D: DeviceWrites> Scatter for DmaSg<D> {}
+
+/// A zero-filled kernel buffer (or one the caller gave), DMA-mapped for the device of a [`Pd`]
+/// in direction `D` while it lives.
 ///
 /// # Invariants
 ///
-/// `buf` has length `len` and is mapped at `dma` for `pd.device()` in direction `DIR` until
-/// `DmaBuf` is dropped; its heap storage never moves (the vector is never grown).
+/// `buf` has length at least 1 and at most [`MAX_BUF`], is `kmalloc` memory, and is mapped at
+/// `dma` for `pd.device()` in direction `D` until it is unmapped in `drop` or `into_vec`; its
+/// heap storage never moves (the vector is never grown).
 ///
 /// # Examples
 ///
 /// ```
-/// use kernel::rdma::{dma::DmaBuf, pd::Pd};
+/// use kernel::rdma::{dma::{DmaBuf, ToDevice}, pd::Pd};
 ///
 /// fn fill(pd: &kernel::sync::Arc<Pd>) -> Result<DmaBuf> {
 ///     let mut buf = DmaBuf::new(pd, 4096, GFP_KERNEL)?;
 ///     buf.as_mut_slice()[..5].copy_from_slice(b"hello");
 ///     Ok(buf)
 /// }
+///
+/// // A message the caller already has, mapped where it is for the device to read.
+/// fn map_message(pd: &kernel::sync::Arc<Pd>, msg: KVec<u8>) -> Result<DmaBuf<ToDevice>> {
+///     DmaBuf::from_vec(pd, msg).map_err(|(e, _msg)| e)
+/// }
 /// ```
-pub struct DmaBuf {
-    buf: KVec<u8>,
+pub struct DmaBuf<D: Direction = Bidirectional> {
+    buf: ManuallyDrop<KVec<u8>>,
     dma: u64,
     pd: Arc<Pd>,
+    _d: PhantomData<D>,
 }
 
-impl DmaBuf {
-    /// Allocates `len` zeroed bytes and maps them for the PD's device.
+impl DmaBuf<Bidirectional> {
+    /// Allocates `len` zeroed bytes and maps them both ways for the PD's device.
     ///
     /// `EINVAL` for an empty buffer or one larger than [`MAX_BUF`]; `ENOMEM` when the
     /// allocation or the mapping fails. `flags` are the allocation flags (`GFP_ATOMIC` in a
     /// completion handler).
     pub fn new(pd: &Arc<Pd>, len: usize, flags: Flags) -> Result<Self> {
+        Self::alloc(pd, len, flags)
+    }
+}
+
+impl<D: Direction> DmaBuf<D> {
+    /// Allocates `len` zeroed bytes and maps them in direction `D` (see [`DmaBuf::new`]).
+    pub fn alloc(pd: &Arc<Pd>, len: usize, flags: Flags) -> Result<Self> {
         if len == 0 || len > MAX_BUF {
             return Err(EINVAL);
         }
-        let mut buf = KVec::from_elem(0u8, len, flags)?;
+        let buf = KVec::from_elem(0u8, len, flags)?;
+        Self::from_vec(pd, buf).map_err(|(e, _)| e)
+    }
+
+    /// Maps `buf` where it is, in direction `D`, for the PD's device. `EINVAL` for an empty
+    /// vector or one longer than [`MAX_BUF`], `ENOMEM` when the mapping fails; the vector
+    /// comes back with the error.
+    pub fn from_vec(pd: &Arc<Pd>, mut buf: KVec<u8>) -> Result<Self, (Error, KVec<u8>)> {
+        let len = buf.len();
+        if len == 0 || len > MAX_BUF {
+            return Err((EINVAL, buf));
+        }
         let dev = pd.device().as_raw();
         // SAFETY: `buf` is `len` bytes of kmalloc memory (linear map), which stays allocated and
-        // in place until it is unmapped in `drop`.
-        let dma = unsafe { bindings::ib_dma_map_single(dev, buf.as_mut_ptr().cast(), len, DIR) };
-        check_mapping(pd.device(), dma)?;
+        // in place until it is unmapped in `drop` or `into_vec`.
+        let dma = unsafe { bindings::ib_dma_map_single(dev, buf.as_mut_ptr().cast(), len, D::RAW) };
+        if let Err(e) = check_mapping(pd.device(), dma) {
+            return Err((e, buf));
+        }
         // INVARIANT: `buf` is mapped at `dma` and is never resized after this point.
         Ok(Self {
-            buf,
+            buf: ManuallyDrop::new(buf),
             dma,
             pd: pd.clone(),
+            _d: PhantomData,
         })
+    }
+
+    /// Unmaps the buffer and gives its memory back.
+    pub fn into_vec(self) -> KVec<u8> {
+        let mut me = ManuallyDrop::new(self);
+        me.unmap();
+        // SAFETY: `me` is never used or dropped again; the vector and the PD are moved out once.
+        unsafe {
+            core::ptr::drop_in_place(&raw mut me.pd);
+            ManuallyDrop::take(&mut me.buf)
+        }
+    }
+
+    fn unmap(&mut self) {
+        // SAFETY: The buffer is mapped at `dma` (invariant) and no work request uses it: those
+        // own the `DmaBuf` until their completion.
+        unsafe {
+            bindings::ib_dma_unmap_single(self.pd.device().as_raw(), self.dma, self.len(), D::RAW)
+        };
     }
 
     /// Length of the buffer in bytes.
@@ -107,8 +270,11 @@ impl DmaBuf {
     }
 
     /// Returns the contents, after syncing the buffer for the CPU.
-    pub fn as_slice(&self) -> &[u8] {
-        self.sync_for_cpu(0..self.len());
+    ///
+    /// Takes `&mut self`: syncing may write the buffer (from a bounce buffer), which must not
+    /// happen under another live view of it.
+    pub fn as_slice(&mut self) -> &[u8] {
+        self.sync(0..self.len(), false);
         &self.buf
     }
 
@@ -116,379 +282,90 @@ impl DmaBuf {
     ///
     /// Write before posting: posting syncs the buffer for the device again.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        self.sync_for_cpu(0..self.len());
+        self.sync(0..self.len(), false);
         &mut self.buf
     }
 
-    fn sync_for_cpu(&self, r: Range<usize>) {
-        // SAFETY: `dma + r.start .. dma + r.end` lies inside the mapping (callers pass ranges
-        // within `len`), which is live (invariant).
+    fn sync(&self, r: Range<usize>, for_device: bool) {
+        let dev = self.pd.device().as_raw();
+        let (addr, len) = (self.dma + r.start as u64, r.end - r.start);
+        // SAFETY: `r` lies inside the mapping (callers pass checked ranges), which is live
+        // (invariant).
         unsafe {
-            bindings::ib_dma_sync_single_for_cpu(
-                self.pd.device().as_raw(),
-                self.dma + r.start as u64,
-                r.end - r.start,
-                DIR,
-            )
+            if for_device {
+                bindings::ib_dma_sync_single_for_device(dev, addr, len, D::RAW)
+            } else {
+                bindings::ib_dma_sync_single_for_cpu(dev, addr, len, D::RAW)
+            }
         }
     }
 
     /// Copies `dst.len()` bytes at `offset` out of the buffer, after syncing them for the CPU,
-    /// without lending a reference to memory a peer may be writing (the buffer of a
-    /// registered [`Mr`](super::mr::Mr)). `EINVAL` if the range is not inside.
+    /// with volatile reads: the buffer of a registered [`Mr`](super::mr::Mr), which a peer
+    /// may write at any time, is never lent out as a slice. `EINVAL` if the range is not
+    /// inside or is empty.
     pub(crate) fn copy_out(&self, offset: usize, dst: &mut [u8]) -> Result {
-        let end = offset.checked_add(dst.len()).ok_or(EINVAL)?;
-        if end > self.len() {
-            return Err(EINVAL);
-        }
-        self.sync_for_cpu(offset..end);
-        // SAFETY: `offset..end` lies inside the allocation; the copy makes no reference to it.
-        unsafe {
-            core::ptr::copy_nonoverlapping(
-                self.buf.as_ptr().add(offset),
-                dst.as_mut_ptr(),
-                dst.len(),
-            )
-        };
+        let r = span(offset, dst.len(), self.len())?;
+        self.sync(r.clone(), false);
+        // SAFETY: `r` lies inside the allocation and `dst` is valid for its length.
+        unsafe { copy_volatile(self.buf.as_ptr().add(r.start), dst.as_mut_ptr(), dst.len()) };
         Ok(())
     }
 
-    /// Copies `src` into the buffer at `offset`, then syncs it for the device (see
-    /// [`DmaBuf::copy_out`]). `EINVAL` if the range is not inside.
+    /// Copies `src` into the buffer at `offset` with volatile writes, then syncs it for the
+    /// device (see [`DmaBuf::copy_out`]). `EINVAL` if the range is not inside or is empty.
     pub(crate) fn copy_in(&mut self, offset: usize, src: &[u8]) -> Result {
-        let end = offset.checked_add(src.len()).ok_or(EINVAL)?;
-        if end > self.len() {
-            return Err(EINVAL);
-        }
-        self.sync_for_cpu(offset..end);
-        // SAFETY: `offset..end` lies inside the allocation; the copy makes no reference to it.
-        unsafe {
-            core::ptr::copy_nonoverlapping(
-                src.as_ptr(),
-                self.buf.as_mut_ptr().add(offset),
-                src.len(),
-            )
-        };
-        if !src.is_empty() {
-            // SAFETY: The range was checked to lie inside the live mapping.
-            unsafe {
-                bindings::ib_dma_sync_single_for_device(
-                    self.pd.device().as_raw(),
-                    self.dma + offset as u64,
-                    src.len(),
-                    DIR,
-                )
-            };
-        }
+        let r = span(offset, src.len(), self.len())?;
+        self.sync(r.clone(), false);
+        // SAFETY: `r` lies inside the allocation and `src` is valid for its length.
+        unsafe { copy_volatile(src.as_ptr(), self.buf.as_mut_ptr().add(r.start), src.len()) };
+        self.sync(r, true);
         Ok(())
     }
 
-    /// Returns the length of `range`; `EINVAL` if it is empty or not inside the buffer.
-    fn check_range(&self, range: &Range<usize>) -> Result<u32> {
-        if range.start >= range.end || range.end > self.len() {
-            return Err(EINVAL);
-        }
-        u32::try_from(range.end - range.start).map_err(|_| EINVAL)
-    }
-
-    /// Hands `range` of the buffer to the device and returns the SGE that describes it.
-    ///
-    /// `EINVAL` if `range` is empty or does not lie inside the buffer.
-    pub(crate) fn sge(&self, range: Range<usize>) -> Result<bindings::ib_sge> {
-        let length = self.check_range(&range)?;
-        // SAFETY: The range was checked to lie inside the live mapping.
-        unsafe {
-            bindings::ib_dma_sync_single_for_device(
-                self.pd.device().as_raw(),
-                self.dma + range.start as u64,
-                range.end - range.start,
-                DIR,
-            )
-        };
-        Ok(bindings::ib_sge {
-            addr: self.dma + range.start as u64,
-            length,
-            lkey: self.pd.local_dma_lkey(),
-        })
-    }
-
-    /// The CPU address of `range`, for inline sends (the driver copies it at post time).
-    pub(crate) fn inline_sge(&self, range: Range<usize>) -> Result<bindings::ib_sge> {
-        let length = self.check_range(&range)?;
-        Ok(bindings::ib_sge {
-            addr: self.buf.as_ptr() as u64 + range.start as u64,
-            length,
-            lkey: self.pd.local_dma_lkey(),
-        })
+    /// The CPU address and length of `range`, for inline sends (the driver copies the bytes at
+    /// post time). `EINVAL` if the range is empty or not inside.
+    pub(crate) fn inline_piece(&self, range: Range<usize>) -> Result<(u64, u32)> {
+        let r = span(
+            range.start,
+            range.end.saturating_sub(range.start),
+            self.len(),
+        )?;
+        let len = u32::try_from(r.end - r.start).map_err(|_| EINVAL)?;
+        Ok((self.buf.as_ptr() as u64 + r.start as u64, len))
     }
 }
 
-impl Drop for DmaBuf {
+impl<D: Direction> private::Sealed for DmaBuf<D> {}
+
+impl<D: Direction> Mapped for DmaBuf<D> {
+    fn pd(&self) -> &Arc<Pd> {
+        &self.pd
+    }
+
+    fn size(&self) -> usize {
+        self.len()
+    }
+
+    fn piece_for_device(&self, offset: usize, end: usize) -> (u64, u32) {
+        self.sync(offset..end, true);
+        (self.dma + offset as u64, (end - offset) as u32)
+    }
+}
+
+impl<D: Direction> Drop for DmaBuf<D> {
     fn drop(&mut self) {
-        // SAFETY: The buffer is mapped at `dma` (invariant) and no work request uses it: those
-        // own the `DmaBuf` until their completion.
-        unsafe {
-            bindings::ib_dma_unmap_single(self.pd.device().as_raw(), self.dma, self.len(), DIR)
-        };
+        self.unmap();
+        // SAFETY: Dropped once, here; the mapping is gone.
+        unsafe { ManuallyDrop::drop(&mut self.buf) };
     }
 }
 
 /// Turns a failed mapping of `dev` into `ENOMEM`; `dma` comes from a mapping call on `dev`.
-fn check_mapping(dev: &Device, dma: u64) -> Result {
+pub(crate) fn check_mapping(dev: &Device, dma: u64) -> Result {
     // SAFETY: `dev` is a valid device; the call only inspects the address.
     if unsafe { bindings::ib_dma_mapping_error(dev.as_raw(), dma) } != 0 {
         return Err(ENOMEM);
     }
     Ok(())
-}
-
-/// A page of memory DMA-mapped for the device of a [`Pd`] while it lives (`ib_dma_map_page`).
-///
-/// # Examples
-///
-/// ```
-/// use kernel::rdma::{dma::DmaPage, pd::Pd};
-///
-/// fn page_with(pd: &kernel::sync::Arc<Pd>, header: &[u8]) -> Result<DmaPage> {
-///     let page = DmaPage::new(pd)?;
-///     // SAFETY: `header` is valid for reads of its length; nothing else uses the page yet.
-///     unsafe { page.page().write_raw(header.as_ptr(), 0, header.len())? };
-///     Ok(page)
-/// }
-/// ```
-///
-/// # Invariants
-///
-/// `page` is mapped at `dma` for `pd.device()` in direction `DIR` until `DmaPage` is dropped.
-pub struct DmaPage {
-    page: Page,
-    dma: u64,
-    pd: Arc<Pd>,
-}
-
-impl DmaPage {
-    /// Allocates a page and maps it; `ENOMEM` if either fails.
-    pub fn new(pd: &Arc<Pd>) -> Result<Self> {
-        let page = Page::alloc_page(GFP_KERNEL | __GFP_ZERO)?;
-        let dev = pd.device().as_raw();
-        // SAFETY: `page` is an allocated page that outlives the mapping (unmapped in `drop`).
-        let dma = unsafe { bindings::ib_dma_map_page(dev, page.as_ptr(), 0, PAGE_SIZE, DIR) };
-        check_mapping(pd.device(), dma)?;
-        // INVARIANT: The page is mapped at `dma`.
-        Ok(Self {
-            page,
-            dma,
-            pd: pd.clone(),
-        })
-    }
-
-    /// The DMA address of the page.
-    pub fn dma_addr(&self) -> u64 {
-        self.dma
-    }
-
-    /// The page itself (e.g. to read or write it with [`Page::read_raw`]).
-    pub fn page(&self) -> &Page {
-        &self.page
-    }
-}
-
-impl Drop for DmaPage {
-    fn drop(&mut self) {
-        // SAFETY: The page is mapped at `dma` (invariant).
-        unsafe { bindings::ib_dma_unmap_page(self.pd.device().as_raw(), self.dma, PAGE_SIZE, DIR) };
-    }
-}
-
-/// Most pages of one [`DmaSg`].
-pub const MAX_SG_PAGES: usize = 256;
-
-/// Pages gathered in a scatterlist (`struct sg_table`), DMA-mapped for the device of a [`Pd`]
-/// while it lives (`ib_dma_map_sg`).
-///
-/// It is the memory of a multi-page [`Mr`](super::mr::Mr) ([`Mr::map_sg`]): the pages need not
-/// be contiguous. The CPU reads and writes it through [`DmaSg::read`] and [`DmaSg::write`],
-/// which sync the pages; like a [`DmaBuf`], it is only reachable while no posted request owns
-/// it.
-///
-/// [`Mr::map_sg`]: super::mr::Mr::map_sg
-///
-/// # Invariants
-///
-/// `table` is an initialised `sg_table` of `pages.len()` entries, entry `i` holding all of
-/// `pages[i]`, mapped for `pd.device()` in direction `DIR` into `nents` DMA entries, until
-/// `DmaSg` is dropped.
-///
-/// # Examples
-///
-/// ```
-/// use kernel::rdma::{dma::DmaSg, pd::Pd};
-///
-/// fn three_pages(pd: &kernel::sync::Arc<Pd>) -> Result<DmaSg> {
-///     let mut sg = DmaSg::new(pd, 3)?;
-///     sg.write(4090, b"spans two pages")?;
-///     let mut back = [0u8; 15];
-///     sg.read(4090, &mut back)?;
-///     assert_eq!(&back, b"spans two pages");
-///     Ok(sg)
-/// }
-/// ```
-pub struct DmaSg {
-    pages: KVec<Page>,
-    table: KBox<Opaque<bindings::sg_table>>,
-    nents: u32,
-    pd: Arc<Pd>,
-}
-
-// SAFETY: The pages and table are owned; the mapping may be used and torn down on any thread.
-unsafe impl Send for DmaSg {}
-// SAFETY: `&DmaSg` allows reads only.
-unsafe impl Sync for DmaSg {}
-
-impl DmaSg {
-    /// Allocates `pages` zeroed pages, gathers them in a scatterlist and maps it.
-    ///
-    /// `EINVAL` for zero pages or more than [`MAX_SG_PAGES`]; `ENOMEM` when an allocation or
-    /// the mapping fails. May sleep.
-    pub fn new(pd: &Arc<Pd>, pages: usize) -> Result<Self> {
-        if pages == 0 || pages > MAX_SG_PAGES {
-            return Err(EINVAL);
-        }
-        let mut v = KVec::with_capacity(pages, GFP_KERNEL)?;
-        for _ in 0..pages {
-            v.push(Page::alloc_page(GFP_KERNEL | __GFP_ZERO)?, GFP_KERNEL)?;
-        }
-        let table = KBox::new(Opaque::<bindings::sg_table>::uninit(), GFP_KERNEL)?;
-        // SAFETY: `table` is writable; `pages` is at most `MAX_SG_PAGES`.
-        let ret =
-            unsafe { bindings::sg_alloc_table(table.get(), pages as u32, GFP_KERNEL.as_raw()) };
-        if ret != 0 {
-            return Err(Error::from_errno(ret));
-        }
-        // SAFETY: `sg_alloc_table` succeeded: `sgl` is the first of `pages` entries.
-        let mut sg = unsafe { (*table.get()).sgl };
-        for page in v.iter() {
-            // SAFETY: `sg` is one of the table's entries (there are as many as pages) and the
-            // page outlives the table (both are dropped together, the table first).
-            sg = unsafe { bindings::rdma_sg_set_page(sg, page.as_ptr()) };
-        }
-        let dev = pd.device().as_raw();
-        // SAFETY: The table is initialised and describes pages that live as long as it.
-        let n = unsafe { bindings::ib_dma_map_sg(dev, (*table.get()).sgl, pages as i32, DIR) };
-        if n <= 0 {
-            // SAFETY: Allocated above and not mapped.
-            unsafe { bindings::sg_free_table(table.get()) };
-            return Err(ENOMEM);
-        }
-        // INVARIANT: Filled and mapped above.
-        Ok(Self {
-            pages: v,
-            table,
-            nents: n as u32,
-            pd: pd.clone(),
-        })
-    }
-
-    /// The size in bytes (a whole number of pages).
-    pub fn len(&self) -> usize {
-        self.pages.len() * PAGE_SIZE
-    }
-
-    /// Always false: a `DmaSg` has at least one page.
-    pub fn is_empty(&self) -> bool {
-        self.pages.is_empty()
-    }
-
-    /// The number of pages.
-    pub fn pages(&self) -> usize {
-        self.pages.len()
-    }
-
-    /// The PD whose device the pages are mapped for.
-    pub fn pd(&self) -> &Arc<Pd> {
-        &self.pd
-    }
-
-    /// The first entry of the mapped scatterlist and the number of DMA entries.
-    pub(crate) fn mapped(&self) -> (*mut bindings::scatterlist, u32) {
-        // SAFETY: The table is initialised (invariant).
-        (unsafe { (*self.table.get()).sgl }, self.nents)
-    }
-
-    fn sync(&self, for_device: bool) {
-        // SAFETY: The table is mapped with `pages.len()` entries (invariant).
-        unsafe {
-            bindings::rdma_dma_sync_sg(
-                self.pd.device().as_raw(),
-                (*self.table.get()).sgl,
-                self.pages.len() as i32,
-                DIR,
-                for_device,
-            )
-        }
-    }
-
-    /// Calls `f(page, offset in page, range of the caller's buffer)` for each piece of
-    /// `offset .. offset + len`; `EINVAL` if it does not lie inside.
-    fn pieces(
-        &self,
-        offset: usize,
-        len: usize,
-        mut f: impl FnMut(&Page, usize, Range<usize>) -> Result,
-    ) -> Result {
-        let end = offset.checked_add(len).ok_or(EINVAL)?;
-        if end > self.len() {
-            return Err(EINVAL);
-        }
-        let mut pos = offset;
-        while pos < end {
-            let in_page = pos % PAGE_SIZE;
-            let n = (PAGE_SIZE - in_page).min(end - pos);
-            let page = self.pages.get(pos / PAGE_SIZE).ok_or(EINVAL)?;
-            f(page, in_page, pos - offset..pos - offset + n)?;
-            pos += n;
-        }
-        Ok(())
-    }
-
-    /// Copies `dst.len()` bytes from `offset` into `dst`, after syncing for the CPU. `EINVAL`
-    /// if the range is not inside.
-    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result {
-        self.sync(false);
-        self.pieces(offset, dst.len(), |page, at, r| {
-            let out = dst.get_mut(r).ok_or(EINVAL)?;
-            // SAFETY: `out` is valid for writes of its length; no posted request owns the
-            // pages (the caller has `&self`, and posted requests own what they use).
-            unsafe { page.read_raw(out.as_mut_ptr(), at, out.len()) }
-        })
-    }
-
-    /// Copies `src` to `offset`, then syncs for the device. `EINVAL` if the range is not
-    /// inside.
-    pub fn write(&mut self, offset: usize, src: &[u8]) -> Result {
-        self.sync(false);
-        self.pieces(offset, src.len(), |page, at, r| {
-            let from = src.get(r).ok_or(EINVAL)?;
-            // SAFETY: `from` is valid for reads of its length; we have the pages exclusively.
-            unsafe { page.write_raw(from.as_ptr(), at, from.len()) }
-        })?;
-        self.sync(true);
-        Ok(())
-    }
-}
-
-impl Drop for DmaSg {
-    fn drop(&mut self) {
-        // SAFETY: Mapped with `pages.len()` entries (invariant); unmapped with the count
-        // passed to the mapping, as the DMA API requires; no request uses it any more.
-        unsafe {
-            bindings::ib_dma_unmap_sg(
-                self.pd.device().as_raw(),
-                (*self.table.get()).sgl,
-                self.pages.len() as i32,
-                DIR,
-            );
-            bindings::sg_free_table(self.table.get());
-        }
-    }
 }

@@ -4,11 +4,16 @@
  * One function each; bindgen exposes rust_helper_foo() as bindings::foo().
  */
 
+#include <linux/bottom_half.h>
 #include <linux/completion.h>
 #include <linux/device.h>
+#include <linux/hardirq.h>
 #include <linux/kernel.h>
+#include <linux/module.h>
 #include <linux/netdevice.h>
+#include <linux/preempt.h>
 #include <linux/scatterlist.h>
+#include <linux/sched.h>
 #include <linux/spinlock.h>
 #include <rdma/ib_addr.h>
 #include <rdma/ib_verbs.h>
@@ -135,23 +140,34 @@ int rust_helper_ib_post_srq_recv(struct ib_srq *srq,
 	return ib_post_srq_recv(srq, wr, bad_wr);
 }
 
+/*
+ * Processes the completions in @cq, up to as many as it can hold: those that
+ * were in it when this was called come first, and a busy CQ cannot keep the
+ * caller (with bottom halves disabled, for a softirq CQ) here for ever.
+ */
 static void rdma_cq_process_all(struct ib_cq *cq)
 {
 	struct ib_wc wcs[8];
+	int budget = cq->cqe;
 	int i, n;
 
-	while ((n = ib_poll_cq(cq, ARRAY_SIZE(wcs), wcs)) > 0)
+	while (budget > 0 &&
+	       (n = ib_poll_cq(cq, min_t(int, budget, ARRAY_SIZE(wcs)), wcs)) > 0) {
+		budget -= n;
 		for (i = 0; i < n; i++)
 			if (wcs[i].wr_cqe)
 				wcs[i].wr_cqe->done(cq, &wcs[i]);
+	}
 }
 
 /*
  * Processes, in the caller's (process) context, every completion that is in @cq
- * when it is called, with the CQ's own softirq poller or work item stopped
- * meanwhile, then re-arms the CQ as its poller would. After it returns, no
- * completion that was in the CQ before the call is still to be dispatched.
- * Handlers run with bottom halves disabled, as they do from irq_poll.
+ * when it is called, with the CQ's own softirq poller or work item disabled
+ * meanwhile (an interrupt cannot schedule them again), then re-arms the CQ as
+ * its poller would. After it returns, no completion that was in the CQ before
+ * the call is still to be dispatched, and no handler of the CQ's poller is
+ * running. Handlers run with bottom halves disabled for a softirq CQ, as they
+ * do from irq_poll. The caller keeps direct pollers out.
  */
 void rust_helper_rdma_cq_quiesce(struct ib_cq *cq)
 {
@@ -169,16 +185,15 @@ void rust_helper_rdma_cq_quiesce(struct ib_cq *cq)
 		break;
 	case IB_POLL_WORKQUEUE:
 	case IB_POLL_UNBOUND_WORKQUEUE:
-		cancel_work_sync(&cq->work);
+		disable_work_sync(&cq->work);
 		rdma_cq_process_all(cq);
+		enable_work(&cq->work);
 		if (ib_req_notify_cq(cq, IB_CQ_NEXT_COMP |
 					     IB_CQ_REPORT_MISSED_EVENTS) > 0)
 			queue_work(cq->comp_wq, &cq->work);
 		break;
 	default:
-		local_bh_disable();
 		rdma_cq_process_all(cq);
-		local_bh_enable();
 		break;
 	}
 }
@@ -214,4 +229,52 @@ void rust_helper_rdma_dma_sync_sg(struct ib_device *dev, struct scatterlist *sg,
 		dma_sync_sg_for_device(dev->dma_device, sg, nents, dir);
 	else
 		dma_sync_sg_for_cpu(dev->dma_device, sg, nents, dir);
+}
+
+/* Whether the caller may not sleep (the test of might_sleep()). */
+bool rust_helper_rdma_in_atomic(void)
+{
+	return in_atomic() || irqs_disabled();
+}
+
+/* Whether the running task is a workqueue worker. */
+bool rust_helper_rdma_in_worker(void)
+{
+	return current->flags & PF_WQ_WORKER;
+}
+
+/* The module whose text holds @addr; NULL for built-in code. */
+struct module *rust_helper_rdma_module_of(unsigned long addr)
+{
+	struct module *mod;
+
+	preempt_disable();
+	mod = __module_text_address(addr);
+	preempt_enable();
+	return mod;
+}
+
+/* Sleeps @ms without counting as a hung (or loading) task: waits that report themselves. */
+void rust_helper_rdma_sleep_idle_ms(unsigned int ms)
+{
+	schedule_timeout_idle(msecs_to_jiffies(ms));
+}
+
+void rust_helper_local_bh_disable(void)
+{
+	local_bh_disable();
+}
+
+void rust_helper_local_bh_enable(void)
+{
+	local_bh_enable();
+}
+
+/* The DMA address and length of mapped entry @sg; returns the next entry. */
+struct scatterlist *rust_helper_rdma_sg_dma(struct scatterlist *sg, u64 *addr,
+					    u32 *len)
+{
+	*addr = sg_dma_address(sg);
+	*len = sg_dma_len(sg);
+	return sg_next(sg);
 }

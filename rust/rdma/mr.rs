@@ -6,21 +6,24 @@
 //!
 //! A peer may RDMA READ, WRITE or perform atomics on local memory only through an rkey. An
 //! [`Mr`] (`ib_alloc_mr` of type `IB_MR_TYPE_MEM_REG`) is given a [`DmaBuf`] with [`Mr::map`],
-//! or the pages of a [`DmaSg`] with [`Mr::map_sg`] (both `ib_map_mr_sg`), then registered by posting [`SendOps::reg_mr`]; from that completion on,
-//! [`Mr::remote`] is what the peer needs. [`SendOps::local_inv`] revokes it. The MR owns the
-//! buffer, and dropping the MR deregisters it (`ib_dereg_mr`) before the buffer is freed, so
-//! a peer can never reach freed memory. A peer may write a registered MR's memory at any
-//! time, so the CPU reaches it only by copying ([`Mr::read`], [`Mr::write`]), never through a
-//! slice.
+//! or the pages of a [`DmaSg`] with [`Mr::map_sg`] (both `ib_map_mr_sg`), then registered by
+//! posting [`SendOps::reg_mr`]; from that completion on, [`Mr::remote`] is what the peer needs.
+//! [`SendOps::local_inv`] revokes it. The MR owns the memory, and dropping the MR deregisters it
+//! (`ib_dereg_mr`) before the memory is freed, so a peer can never reach freed memory. A peer
+//! may write a registered MR's memory at any time, so the CPU reaches it only by copying, with
+//! volatile accesses ([`Mr::read`], [`Mr::write`]), never through a slice.
+//!
+//! Deregistration sleeps; an MR dropped where sleeping is not allowed (in a completion handler)
+//! is deregistered from process context, before its memory is freed ([`defer`](super::defer)).
 //!
 //! [`SendOps::reg_mr`]: super::wr::SendOps::reg_mr
 //! [`SendOps::local_inv`]: super::wr::SendOps::local_inv
 
 use super::{
+    defer::{Deferred, Teardown},
     dma::{DmaBuf, DmaSg},
     pd::Pd,
-    sync::might_sleep,
-    wr::Remote,
+    sync::{might_sleep, sleepable},
 };
 use crate::{
     alloc::{flags::GFP_KERNEL, KBox},
@@ -31,13 +34,80 @@ use crate::{
     types::Opaque,
 };
 
+/// Remote access rights of an RC QP or a memory region (`enum ib_access_flags`).
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::mr::Access;
+///
+/// let rw = Access::REMOTE_READ | Access::REMOTE_WRITE;
+/// assert_eq!(rw.bits() & Access::REMOTE_WRITE.bits(), Access::REMOTE_WRITE.bits());
+/// assert_eq!(Access::NONE.bits(), 0);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Access(u32);
+
+impl Access {
+    /// No remote access.
+    pub const NONE: Access = Access(0);
+    /// The device may write the memory on behalf of local requests (RDMA READ results).
+    pub const LOCAL_WRITE: Access = Access(bindings::ib_access_flags_IB_ACCESS_LOCAL_WRITE);
+    /// Peers may RDMA WRITE.
+    pub const REMOTE_WRITE: Access = Access(bindings::ib_access_flags_IB_ACCESS_REMOTE_WRITE);
+    /// Peers may RDMA READ.
+    pub const REMOTE_READ: Access = Access(bindings::ib_access_flags_IB_ACCESS_REMOTE_READ);
+    /// Peers may perform atomics.
+    pub const REMOTE_ATOMIC: Access = Access(bindings::ib_access_flags_IB_ACCESS_REMOTE_ATOMIC);
+
+    /// The raw flag bits.
+    pub fn bits(self) -> u32 {
+        self.0
+    }
+}
+
+impl core::ops::BitOr for Access {
+    type Output = Access;
+    fn bitor(self, rhs: Access) -> Access {
+        Access(self.0 | rhs.0)
+    }
+}
+
+/// A remote buffer: the address and rkey a peer granted (through a fast-registered [`Mr`]).
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::mr::Remote;
+///
+/// let r = Remote { addr: 0x1000, rkey: 0x42 };
+/// assert_eq!(r.offset(0x10), Remote { addr: 0x1010, rkey: 0x42 });
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Remote {
+    /// The remote address (an I/O virtual address of the peer's memory region).
+    pub addr: u64,
+    /// The peer's rkey for it.
+    pub rkey: u32,
+}
+
+impl Remote {
+    /// The same region `offset` bytes further.
+    pub fn offset(self, offset: u64) -> Self {
+        Self {
+            addr: self.addr.wrapping_add(offset),
+            rkey: self.rkey,
+        }
+    }
+}
+
 /// The memory an [`Mr`] maps.
 enum Mem {
     Buf(DmaBuf),
     Sg(DmaSg),
 }
 
-/// A fast-registration memory region and the buffer it maps.
+/// A fast-registration memory region and the memory it maps.
 ///
 /// # Examples
 ///
@@ -46,8 +116,8 @@ enum Mem {
 ///
 /// ```
 /// use kernel::rdma::{
-///     cq::Wc, dma::DmaBuf, mr::Mr, qp::{Access, Qp, Rts},
-///     sync::{Completion as Signal, SpinLockBh}, wr::{Completion, Remote, Wr},
+///     cq::Wc, dma::DmaBuf, mr::{Access, Mr, Remote}, qp::{Qp, Rts},
+///     sync::{Completion as Signal, SpinLockBh}, wr::{Completion, Wr},
 /// };
 /// use kernel::{new_spinlock_bh, sync::Arc};
 ///
@@ -93,13 +163,19 @@ enum Mem {
 ///     Ok((mr, remote))
 /// }
 /// ```
+pub struct Mr {
+    raw: Deferred<RawMr>,
+}
+
+/// The C object of an [`Mr`] and the memory it maps; dropping it deregisters the MR, then
+/// frees the memory.
 ///
 /// # Invariants
 ///
 /// `ptr` is an MR allocated on `pd` for up to `max_pages` pages, valid until dropped; when
 /// `mem` is a [`Mem::Buf`], the MR maps it through `sg` (the one-entry scatterlist describing
 /// it), when it is a [`Mem::Sg`], through that scatterlist.
-pub struct Mr {
+struct RawMr {
     ptr: *mut bindings::ib_mr,
     sg: KBox<Opaque<bindings::scatterlist>>,
     // Dropped after `ptr` is deregistered in `drop`, so the peer never reaches freed memory.
@@ -109,15 +185,28 @@ pub struct Mr {
 }
 
 // SAFETY: An MR may be used and deregistered from any thread.
-unsafe impl Send for Mr {}
-// SAFETY: `&Mr` exposes only reads of fields fixed while it is shared.
-unsafe impl Sync for Mr {}
+unsafe impl Send for RawMr {}
+// SAFETY: `&RawMr` exposes only reads of fields fixed while it is shared, and copies of the
+// memory made with volatile accesses.
+unsafe impl Sync for RawMr {}
+
+impl Teardown for RawMr {}
+
+impl Drop for RawMr {
+    fn drop(&mut self) {
+        might_sleep();
+        // SAFETY: `ptr` is valid (invariant); deregistration revokes every key, after which the
+        // memory (dropped next) is unreachable for peers.
+        unsafe { bindings::ib_dereg_mr_user(self.ptr, core::ptr::null_mut()) };
+    }
+}
 
 impl Mr {
     /// Allocates an MR that can map up to `max_pages` pages (`ib_alloc_mr`). May sleep.
     ///
     /// `EINVAL` for zero pages or more than the device's `max_fast_reg_page_list_len`.
     pub fn new(pd: &Arc<Pd>, max_pages: u32) -> Result<Self> {
+        sleepable()?;
         if max_pages == 0 || max_pages > pd.device().attrs().max_fast_reg_page_list_len() {
             return Err(EINVAL);
         }
@@ -131,17 +220,23 @@ impl Mr {
             )
         })?;
         // INVARIANT: Just allocated, maps nothing yet.
-        Ok(Self {
+        let raw = Deferred::new(RawMr {
             ptr,
             sg,
             mem: None,
             max_pages,
             pd: pd.clone(),
-        })
+        })?;
+        Ok(Self { raw })
     }
 
     pub(crate) fn as_raw(&self) -> *mut bindings::ib_mr {
-        self.ptr
+        self.raw.ptr
+    }
+
+    /// The PD of the MR.
+    pub fn pd(&self) -> &Arc<Pd> {
+        &self.raw.pd
     }
 
     /// Makes the MR describe `buf` (`ib_map_mr_sg`); it takes effect for the peer when a
@@ -153,30 +248,31 @@ impl Mr {
     /// when the buffer spans more pages than the MR can map or belongs to another PD. The
     /// buffer is given back with the error.
     pub fn map(&mut self, buf: DmaBuf) -> Result<(), (Error, DmaBuf)> {
-        if self.mem.is_some() {
+        let raw = self.raw.get_mut();
+        if raw.mem.is_some() {
             return Err((EBUSY, buf));
         }
         let first = buf.dma_addr() as usize % PAGE_SIZE;
         let pages = (first + buf.len()).div_ceil(PAGE_SIZE);
-        if pages > self.max_pages as usize || !Arc::ptr_eq(buf.pd(), &self.pd) {
+        if pages > raw.max_pages as usize || !Arc::ptr_eq(buf.pd(), &raw.pd) {
             return Err((EINVAL, buf));
         }
         let len = match u32::try_from(buf.len()) {
             Ok(l) => l,
             Err(_) => return Err((EINVAL, buf)),
         };
-        let sg = self.sg.get();
+        let sg = raw.sg.get();
         // SAFETY: `sg` is our scatterlist entry; the buffer's memory and mapping live as long as
         // `buf`, which the MR keeps.
         unsafe { bindings::rdma_sg_set_mapped(sg, buf.cpu_addr(), len, buf.dma_addr()) };
         let mut offset = 0u32;
         // SAFETY: `ptr` is a valid MR and `sg` a one-entry list describing a mapped buffer.
-        let n = unsafe { bindings::ib_map_mr_sg(self.ptr, sg, 1, &mut offset, PAGE_SIZE as u32) };
+        let n = unsafe { bindings::ib_map_mr_sg(raw.ptr, sg, 1, &mut offset, PAGE_SIZE as u32) };
         if n != 1 {
             return Err((if n < 0 { Error::from_errno(n) } else { EINVAL }, buf));
         }
         // INVARIANT: The MR now maps `buf` through `sg`.
-        self.mem = Some(Mem::Buf(buf));
+        raw.mem = Some(Mem::Buf(buf));
         Ok(())
     }
 
@@ -185,10 +281,11 @@ impl Mr {
     /// `EINVAL` for more pages than the MR can map or another PD. The pages are given back
     /// with the error.
     pub fn map_sg(&mut self, sg: DmaSg) -> Result<(), (Error, DmaSg)> {
-        if self.mem.is_some() {
+        let raw = self.raw.get_mut();
+        if raw.mem.is_some() {
             return Err((EBUSY, sg));
         }
-        if sg.pages() > self.max_pages as usize || !Arc::ptr_eq(sg.pd(), &self.pd) {
+        if sg.pages() > raw.max_pages as usize || !Arc::ptr_eq(sg.pd(), &raw.pd) {
             return Err((EINVAL, sg));
         }
         let (list, nents) = sg.mapped();
@@ -196,7 +293,7 @@ impl Mr {
         // which lives as long as `sg`, which the MR keeps.
         let n = unsafe {
             bindings::ib_map_mr_sg(
-                self.ptr,
+                raw.ptr,
                 list,
                 nents as i32,
                 core::ptr::null_mut(),
@@ -207,18 +304,18 @@ impl Mr {
             return Err((if n < 0 { Error::from_errno(n) } else { EINVAL }, sg));
         }
         // INVARIANT: The MR now maps the pages of `sg`.
-        self.mem = Some(Mem::Sg(sg));
+        raw.mem = Some(Mem::Sg(sg));
         Ok(())
     }
 
     /// Whether the MR maps memory ([`Mr::map`] or [`Mr::map_sg`] succeeded).
     pub fn is_mapped(&self) -> bool {
-        self.mem.is_some()
+        self.raw.mem.is_some()
     }
 
     /// Bytes of memory the MR maps (0 before [`Mr::map`] or [`Mr::map_sg`]).
     pub fn len(&self) -> usize {
-        match &self.mem {
+        match &self.raw.mem {
             Some(Mem::Buf(b)) => b.len(),
             Some(Mem::Sg(s)) => s.len(),
             None => 0,
@@ -233,21 +330,22 @@ impl Mr {
     /// Copies `dst.len()` bytes at `offset` of the mapped memory into `dst`.
     ///
     /// Once registered, the memory may be written by the peer at any time, so it is never lent
-    /// out as a slice: it is copied, after a sync for the CPU. What the copy sees is
-    /// meaningful after an event that orders the peer's access before it (a completion, a
-    /// message). `EINVAL` if the MR maps nothing or the range is not inside.
+    /// out as a slice: it is copied with volatile reads, after a sync for the CPU. What the copy
+    /// sees is meaningful after an event that orders the peer's access before it (a completion,
+    /// a message). `EINVAL` if the MR maps nothing or the range is empty or not inside.
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result {
-        match &self.mem {
+        match &self.raw.mem {
             Some(Mem::Buf(b)) => b.copy_out(offset, dst),
             Some(Mem::Sg(s)) => s.read(offset, dst),
             None => Err(EINVAL),
         }
     }
 
-    /// Copies `src` into the mapped memory at `offset`, then syncs it for the device (see
-    /// [`Mr::read`]). `EINVAL` if the MR maps nothing or the range is not inside.
+    /// Copies `src` into the mapped memory at `offset` with volatile writes, then syncs it for
+    /// the device (see [`Mr::read`]). `EINVAL` if the MR maps nothing or the range is empty or
+    /// not inside.
     pub fn write(&mut self, offset: usize, src: &[u8]) -> Result {
-        match &mut self.mem {
+        match &mut self.raw.get_mut().mem {
             Some(Mem::Buf(b)) => b.copy_in(offset, src),
             Some(Mem::Sg(s)) => s.write(offset, src),
             None => Err(EINVAL),
@@ -257,19 +355,19 @@ impl Mr {
     /// The rkey the peer uses.
     pub fn rkey(&self) -> u32 {
         // SAFETY: `ptr` is valid (invariant).
-        unsafe { (*self.ptr).rkey }
+        unsafe { (*self.raw.ptr).rkey }
     }
 
     /// The lkey local requests may use.
     pub fn lkey(&self) -> u32 {
         // SAFETY: `ptr` is valid (invariant).
-        unsafe { (*self.ptr).lkey }
+        unsafe { (*self.raw.ptr).lkey }
     }
 
     /// What the peer needs: the region's I/O virtual address and rkey.
     pub fn remote(&self) -> Remote {
         // SAFETY: `ptr` is valid (invariant).
-        let addr = unsafe { (*self.ptr).iova };
+        let addr = unsafe { (*self.raw.ptr).iova };
         Remote {
             addr,
             rkey: self.rkey(),
@@ -279,21 +377,13 @@ impl Mr {
     /// Moves to the next key (`ib_update_fast_reg_key(mr, ib_inc_rkey(rkey))`), so that a new
     /// registration does not revive an rkey a peer may still hold.
     pub fn bump_key(&mut self) {
+        let ptr = self.raw.ptr;
         // SAFETY: `ptr` is valid (invariant); we have exclusive access, and nothing posted
         // refers to the MR (a `reg_mr` borrows it from its owner).
         unsafe {
-            let key = (((*self.ptr).rkey & 0xff) + 1) & 0xff;
-            (*self.ptr).lkey = ((*self.ptr).lkey & 0xffff_ff00) | key;
-            (*self.ptr).rkey = ((*self.ptr).rkey & 0xffff_ff00) | key;
+            let key = (((*ptr).rkey & 0xff) + 1) & 0xff;
+            (*ptr).lkey = ((*ptr).lkey & 0xffff_ff00) | key;
+            (*ptr).rkey = ((*ptr).rkey & 0xffff_ff00) | key;
         }
-    }
-}
-
-impl Drop for Mr {
-    fn drop(&mut self) {
-        might_sleep();
-        // SAFETY: `ptr` is valid (invariant); deregistration revokes every key, after which the
-        // buffer (dropped next) is unreachable for peers.
-        unsafe { bindings::ib_dereg_mr_user(self.ptr, core::ptr::null_mut()) };
     }
 }

@@ -15,15 +15,18 @@
 //!
 //! Reference: <https://docs.kernel.org/infiniband/core_locking.html>
 
+// In dependency order: each module uses only those above it.
 pub mod addr;
 pub mod ah;
 pub mod client;
 pub mod cm;
 pub mod cq;
+pub mod defer;
 pub mod device;
 pub mod dma;
 pub mod event;
 pub mod mr;
+pub mod owner;
 pub mod pd;
 pub mod qp;
 pub mod srq;

@@ -7,15 +7,17 @@
 //! An SRQ is one pool of receive requests that any number of QPs take their receives from, so
 //! that a server with many connections does not keep a full receive queue per connection. QPs
 //! are attached at creation ([`Qp::new_with_srq`](super::qp::Qp::new_with_srq)) and report
-//! their receives to the SRQ's CQ.
+//! their receives to the SRQ's CQ; receives are posted with
+//! [`Srq::post_recv`].
 //!
 //! Two lifetime rules that C ULPs get wrong are kept here:
 //!
 //! - Moving a QP to the error state flushes its own queues, but not an SRQ: receives still on
 //!   the SRQ when it is destroyed never complete. The SRQ therefore records every request
-//!   posted on it; when it is dropped, it destroys the SRQ, processes what is left in its CQ,
-//!   and gives each request still recorded back to its owner with
-//!   [`WcStatus::WrFlushErr`](super::cq::WcStatus::WrFlushErr), like a QP flush would.
+//!   posted on it; when it is dropped, it destroys the SRQ, processes what is left in its CQ
+//!   (with every other poller of the CQ excluded), and gives each request still recorded back to
+//!   its owner with [`WcStatus::WrFlushErr`](super::cq::WcStatus::WrFlushErr), as a handler of
+//!   the CQ would be called, like a QP flush would.
 //! - A receive taken from an SRQ may complete after the QP that consumed it was destroyed
 //!   (draining a QP with an SRQ drains only its send queue). The completion's
 //!   [`Wc::qp_num`](super::cq::Wc::qp_num) is looked up among the QPs still attached, so it is
@@ -23,12 +25,13 @@
 //!
 //! The SRQ holds an `Arc` of its PD and CQ, and each QP attached to it an `Arc` of the SRQ, so
 //! QPs are destroyed before the SRQ and the SRQ before its CQ. A request whose owner keeps an
-//! `Arc<Srq>` keeps the SRQ alive while it is posted: such a cycle leaks the SRQ.
+//! `Arc<Srq>` keeps the SRQ alive while it is posted: such a cycle leaks the SRQ, and makes the
+//! unloading of the owner's module wait for it ([`owner`](super::owner)).
 //!
 //! # Examples
 //!
 //! ```
-//! use kernel::rdma::{cq::{Cq, PollContext}, device::Device, pd::Pd, qp::*, srq::Srq};
+//! use kernel::rdma::{cq::{Cq, PollContext}, device::Device, mr::Access, pd::Pd, qp::*, srq::Srq};
 //!
 //! fn two_qps_one_srq(dev: &Device) -> Result<(Qp<Init>, Qp<Init>)> {
 //!     let pd = Pd::new(dev)?;
@@ -42,10 +45,11 @@
 //! ```
 
 use super::{
-    cq::Cq,
+    cq::{Cq, Orphan},
+    defer::{Deferred, Teardown},
+    owner::{Owner, OwnerCell},
     pd::Pd,
-    sync::{PostGate, SpinLockBh},
-    wr::{Completion, PostError, Queue, RecvOps, Wr},
+    sync::{atomic, sleepable, PostGate, PostTicket, SpinLockBh},
 };
 use crate::{
     alloc::{
@@ -53,11 +57,7 @@ use crate::{
         KBox, KVec,
     },
     bindings,
-    error::{
-        code::{EINVAL, ENOMEM},
-        from_err_ptr, Error, Result,
-    },
-    ffi::c_void,
+    error::{code::EINVAL, from_err_ptr, Result},
     new_spinlock_bh,
     prelude::*,
     sync::Arc,
@@ -68,16 +68,10 @@ use core::{
     sync::atomic::{AtomicU32, Ordering},
 };
 
-/// A request posted on the SRQ, type-erased, with the function that flushes it to its owner.
-struct Entry {
-    raw: *mut c_void,
-    flush: unsafe fn(*mut c_void),
-}
-
 /// An index of the bookkeeping table: a posted request, or a link of the free list.
 enum Slot {
     Free { next: Option<u32> },
-    Posted(Entry),
+    Posted(Orphan),
 }
 
 /// What the SRQ records under its lock.
@@ -92,7 +86,7 @@ struct State {
 
 impl State {
     /// Records `entry` in a free slot and returns its index.
-    fn insert(&mut self, entry: Entry) -> Option<u32> {
+    fn insert(&mut self, entry: Orphan) -> Option<u32> {
         let index = self.free?;
         let slot = self.slots.get_mut(index as usize)?;
         let Slot::Free { next } = *slot else {
@@ -104,7 +98,7 @@ impl State {
     }
 
     /// Takes the request recorded at `index`, freeing the slot.
-    fn remove(&mut self, index: u32) -> Option<Entry> {
+    fn remove(&mut self, index: u32) -> Option<Orphan> {
         let slot = self.slots.get_mut(index as usize)?;
         if let Slot::Free { .. } = slot {
             return None;
@@ -126,8 +120,7 @@ impl State {
     }
 }
 
-// SAFETY: The raw pointers are requests owned by the SRQ's bookkeeping and QP addresses used
-// only as keys; they are touched under the lock from any CPU.
+// SAFETY: The QP addresses are used only as keys; the requests are `Send`.
 unsafe impl Send for State {}
 
 /// The SRQ's bookkeeping, reached from completions through [`Inner::srq`](super::wr).
@@ -138,7 +131,19 @@ pub(crate) struct Shared {
     /// Requests posted and not yet completed.
     used: AtomicU32,
     /// Closed when the SRQ is dropped, which waits for the posts under way.
-    gate: PostGate,
+    pub(crate) gate: PostGate,
+    /// The module whose requests are posted here.
+    pub(crate) owner: OwnerCell,
+}
+
+impl Shared {
+    /// Lets a post in: `ESHUTDOWN` once the SRQ is being destroyed, `EINVAL` for a request of
+    /// another module than the SRQ's earlier ones.
+    pub(crate) fn admit(&self, owner: Option<Owner>) -> Result<PostTicket<'_>> {
+        let ticket = self.gate.enter()?;
+        self.owner.claim(owner)?;
+        Ok(ticket)
+    }
 }
 
 /// Records the completion of the request at `index` and returns the number of the QP that
@@ -149,7 +154,7 @@ pub(crate) struct Shared {
 /// `shared` must be the bookkeeping of the SRQ the request was posted on, and the request must
 /// be completing (called once, from its completion).
 pub(crate) unsafe fn complete(shared: *const Shared, index: u32, qp: *mut bindings::ib_qp) -> u32 {
-    // SAFETY: The SRQ outlives the dispatch of its requests' completions (`Srq::drop`
+    // SAFETY: The SRQ outlives the dispatch of its requests' completions (`RawSrq::drop`
     // quiesces its CQ before freeing `shared`).
     let shared = unsafe { &*shared };
     let qp_num = {
@@ -162,40 +167,55 @@ pub(crate) unsafe fn complete(shared: *const Shared, index: u32, qp: *mut bindin
 }
 
 /// A shared receive queue.
+pub struct Srq {
+    raw: Deferred<RawSrq>,
+}
+
+/// The C object of an [`Srq`] and its bookkeeping; dropping it destroys the SRQ and gives back
+/// the requests left on it.
 ///
 /// # Invariants
 ///
 /// `ptr` is an SRQ created with `ib_create_srq_user` on `pd` with room for `depth` requests
 /// of `sge` entries, whose `srq_context` is `shared`, and which has `depth` entries of `cq`
-/// reserved. It is valid until `Srq` is dropped.
-pub struct Srq {
+/// reserved. It is valid until `RawSrq` is dropped.
+struct RawSrq {
     ptr: *mut bindings::ib_srq,
+    // The next three are dropped by hand: they are leaked if the SRQ cannot be destroyed.
     shared: ManuallyDrop<Pin<KBox<Shared>>>,
+    cq: ManuallyDrop<Arc<Cq>>,
+    pd: ManuallyDrop<Arc<Pd>>,
     depth: u32,
     sge: u32,
-    cq: Arc<Cq>,
-    pd: Arc<Pd>,
 }
 
 // SAFETY: SRQ verbs may be called from any thread; the driver locks its queue and the
 // bookkeeping is under a lock.
-unsafe impl Send for Srq {}
+unsafe impl Send for RawSrq {}
 // SAFETY: Posting through `&Srq` is safe to do concurrently (see `Send`).
-unsafe impl Sync for Srq {}
+unsafe impl Sync for RawSrq {}
+
+impl Teardown for RawSrq {
+    fn must_defer(&self) -> bool {
+        // The teardown processes the CQ with its other pollers excluded: not from one of them.
+        atomic() || self.cq.in_handler()
+    }
+}
 
 impl Srq {
     /// Creates an SRQ on `pd` for `depth` receives of up to `sge` scatter entries, whose
     /// receives complete on `cq` (`ib_create_srq`). May sleep.
     ///
     /// `EINVAL` when `depth` is zero or above the device's `max_srq_wr`, `sge` is zero or above
-    /// the device's `max_srq_sge` (or [`MAX_RECV_SGE`](super::wr::MAX_RECV_SGE)), `cq` belongs
+    /// the device's `max_srq_sge` (or [`MAX_RECV_SGE`](super::dma::MAX_RECV_SGE)), `cq` belongs
     /// to another device or has fewer than `depth` free entries.
     pub fn new(pd: &Arc<Pd>, cq: &Arc<Cq>, depth: u32, sge: u32) -> Result<Arc<Self>> {
+        sleepable()?;
         let attrs = pd.device().attrs();
         if depth == 0 || depth > attrs.max_srq_wr() {
             return Err(EINVAL);
         }
-        let max_sge = attrs.max_srq_sge().min(super::wr::MAX_RECV_SGE as u32);
+        let max_sge = attrs.max_srq_sge().min(super::dma::MAX_RECV_SGE as u32);
         if sge == 0 || sge > max_sge {
             return Err(EINVAL);
         }
@@ -217,6 +237,7 @@ impl Srq {
                 state <- new_spinlock_bh!(state, "rdma_srq"),
                 used: AtomicU32::new(0),
                 gate: PostGate::new(),
+                owner: OwnerCell::new(),
             }),
             GFP_KERNEL,
         )?;
@@ -244,46 +265,78 @@ impl Srq {
                 return Err(e);
             }
         };
-        // INVARIANT: Just created as described, with the CQ entries reserved above.
-        let srq = Self {
+        // INVARIANT: Just created as described, with the CQ entries reserved above. On
+        // failure below, what is built is dropped, which destroys the SRQ and gives the entries
+        // back.
+        let raw = Deferred::new(RawSrq {
             ptr,
             shared: ManuallyDrop::new(shared),
+            cq: ManuallyDrop::new(cq.clone()),
+            pd: ManuallyDrop::new(pd.clone()),
             depth,
             sge,
-            cq: cq.clone(),
-            pd: pd.clone(),
-        };
-        // On failure `srq` is dropped, which destroys the SRQ and gives the entries back.
-        Ok(Arc::new(srq, GFP_KERNEL)?)
+        })?;
+        Ok(Arc::new(Self { raw }, GFP_KERNEL)?)
     }
 
     pub(crate) fn as_raw(&self) -> *mut bindings::ib_srq {
-        self.ptr
+        self.raw.ptr
     }
 
     /// The CQ the SRQ's receives complete on.
     pub fn cq(&self) -> &Arc<Cq> {
-        &self.cq
+        &self.raw.cq
     }
 
     /// The PD of the SRQ.
     pub fn pd(&self) -> &Arc<Pd> {
-        &self.pd
+        &self.raw.pd
     }
 
     /// Receive requests the SRQ holds at most.
     pub fn depth(&self) -> u32 {
-        self.depth
+        self.raw.depth
+    }
+
+    /// Scatter entries of one receive request at most.
+    pub(crate) fn sge(&self) -> u32 {
+        self.raw.sge
     }
 
     /// Receive requests posted and not yet completed.
     pub fn outstanding(&self) -> u32 {
-        self.shared.used.load(Ordering::Acquire)
+        self.raw.shared.used.load(Ordering::Acquire)
+    }
+
+    /// The bookkeeping that completions of requests posted here reach.
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.raw.shared
+    }
+
+    /// Claims room for one more request; `false` when `depth` are outstanding. Any context.
+    pub(crate) fn claim_slot(&self) -> bool {
+        super::sync::claim(&self.raw.shared.used, 1, self.raw.depth)
+    }
+
+    /// Records a request about to be posted, or gives its room back (`None`) if no slot is
+    /// free. Any context but hard interrupts.
+    pub(crate) fn record(&self, entry: Orphan) -> Option<u32> {
+        let index = self.raw.shared.state.lock().insert(entry);
+        if index.is_none() {
+            self.raw.shared.used.fetch_sub(1, Ordering::AcqRel);
+        }
+        index
+    }
+
+    /// Forgets the request at `index`, which the driver did not take, and gives its room back.
+    pub(crate) fn unrecord(&self, index: u32) {
+        self.raw.shared.state.lock().remove(index);
+        self.raw.shared.used.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// Records a QP created on the SRQ, so that its completions carry its number.
     pub(crate) fn attach(&self, qp: *mut bindings::ib_qp, qpn: u32) -> Result {
-        let mut st = self.shared.state.lock();
+        let mut st = self.raw.shared.state.lock();
         let entry = Some((qp as usize, qpn));
         if let Some(place) = st.qps.iter_mut().find(|p| p.is_none()) {
             *place = entry;
@@ -295,7 +348,7 @@ impl Srq {
 
     /// Forgets a QP about to be destroyed: completions dispatched from now on do not look at it.
     pub(crate) fn detach(&self, qp: *mut bindings::ib_qp) {
-        let mut st = self.shared.state.lock();
+        let mut st = self.raw.shared.state.lock();
         if let Some(place) = st
             .qps
             .iter_mut()
@@ -304,102 +357,46 @@ impl Srq {
             *place = None;
         }
     }
-
-    /// Posts a receive on the SRQ (`ib_post_srq_recv`); whichever attached QP takes it
-    /// completes it. `build` names its buffers, which must be inside `T`.
-    ///
-    /// On failure the request comes back in the [`PostError`]: `ENOMEM` when `depth` receives
-    /// are outstanding, `EINVAL` for an empty scatter list or more than `sge` entries,
-    /// `ESHUTDOWN` once the SRQ is being destroyed. Any context.
-    pub fn post_recv<T: Completion>(
-        &self,
-        wr: Wr<T>,
-        build: impl for<'a> FnOnce(&'a T, &mut RecvOps<'a>) -> Result,
-    ) -> Result<(), PostError<T>> {
-        let shared: &Shared = &self.shared;
-        let _ticket = match shared.gate.enter() {
-            Ok(t) => t,
-            Err(err) => return Err(PostError { err, wr }),
-        };
-        let mut p = wr.start(Queue::Srq);
-        let mut ops = RecvOps::new();
-        // SAFETY: The reference is used only by `build`, which records DMA addresses.
-        let built = build(unsafe { p.data() }, &mut ops);
-        let checked = built.and_then(|()| {
-            if ops.n == 0 || ops.n as u32 > self.sge {
-                return Err(EINVAL);
-            }
-            if !super::sync::claim(&shared.used, 1, self.depth) {
-                return Err(ENOMEM);
-            }
-            Ok(())
-        });
-        if let Err(err) = checked {
-            return Err(PostError {
-                err,
-                wr: p.cancel(),
-            });
-        }
-        let (raw, flush) = p.erased();
-        // `used` <= depth, so a free slot exists.
-        let index = shared.state.lock().insert(Entry { raw, flush });
-        let Some(index) = index else {
-            shared.used.fetch_sub(1, Ordering::AcqRel);
-            return Err(PostError {
-                err: ENOMEM,
-                wr: p.cancel(),
-            });
-        };
-        p.set_slots(1);
-        p.set_srq(shared, index);
-        let rwr = bindings::ib_recv_wr {
-            next: core::ptr::null_mut(),
-            __bindgen_anon_1: bindings::ib_recv_wr__bindgen_ty_1 { wr_cqe: p.cqe() },
-            sg_list: ops.sges.as_mut_ptr(),
-            num_sge: ops.n as i32,
-        };
-        // SAFETY: `ptr` is valid; `rwr` and its scatter list are valid for the call (the driver
-        // copies them); the buffers belong to the request, which the device owns from now on.
-        let ret = unsafe { bindings::ib_post_srq_recv(self.ptr, &rwr, core::ptr::null_mut()) };
-        if ret != 0 {
-            shared.state.lock().remove(index);
-            shared.used.fetch_sub(1, Ordering::AcqRel);
-            return Err(PostError {
-                err: Error::from_errno(ret),
-                wr: p.cancel(),
-            });
-        }
-        p.posted();
-        Ok(())
-    }
 }
 
-impl Drop for Srq {
+impl Drop for RawSrq {
     fn drop(&mut self) {
         let shared: &Shared = &self.shared;
         shared.gate.close();
         // SAFETY: `ptr` is valid (invariant); no QP is attached (each holds an `Arc<Srq>`).
         let ret = unsafe { bindings::ib_destroy_srq_user(self.ptr, core::ptr::null_mut()) };
         if ret != 0 {
-            // The device may still use the posted requests: leave them and the bookkeeping.
-            crate::pr_err!("kernel::rdma: destroying SRQ failed: {}; leaked\n", ret);
+            // The device may still use the posted requests: leave them, the bookkeeping, and the
+            // hold on their module, whose unloading then waits, loudly, for ever.
+            crate::pr_err!(
+                "kernel::rdma: destroying SRQ failed: {}; its {} requests and bookkeeping are leaked\n",
+                ret,
+                shared.used.load(Ordering::Acquire)
+            );
             return;
         }
         // Completions of requests consumed before the SRQ went away may still be in the CQ;
         // process them now, so that what is recorded afterwards was never consumed.
-        // SAFETY: The CQ is valid (we hold an `Arc`); process context.
-        unsafe { bindings::rdma_cq_quiesce(self.cq.as_raw()) };
+        self.cq.quiesce();
         for i in 0..self.depth {
             let taken = shared.state.lock().remove(i);
-            if let Some(e) = taken {
+            if let Some(orphan) = taken {
                 shared.used.fetch_sub(1, Ordering::AcqRel);
-                // SAFETY: The SRQ is destroyed and its CQ has no completion of the request
-                // left: nothing refers to it, and it is given back exactly once.
-                unsafe { (e.flush)(e.raw) };
+                // SAFETY: The SRQ is destroyed and its CQ has no completion of the request left:
+                // nothing refers to it, and it is given back exactly once.
+                unsafe { orphan.flush(&self.cq) };
             }
         }
         self.cq.unreserve(self.depth);
-        // SAFETY: Not used again: the SRQ is destroyed and its completions all dispatched.
-        unsafe { ManuallyDrop::drop(&mut self.shared) };
+        // No callback of the requests' module is called for this SRQ any more; its hold goes
+        // last.
+        let hold = shared.owner.take();
+        // SAFETY: Each is dropped once, here; the SRQ and its completions are gone.
+        unsafe {
+            ManuallyDrop::drop(&mut self.shared);
+            ManuallyDrop::drop(&mut self.cq);
+            ManuallyDrop::drop(&mut self.pd);
+        }
+        drop(hold);
     }
 }

@@ -233,6 +233,45 @@ impl PostGate {
     }
 }
 
+/// Whether the caller may not sleep: in softirq or hardirq context, with bottom halves,
+/// preemption or interrupts disabled, or holding a spinlock (the last only where the kernel
+/// counts preemption, as with `CONFIG_DEBUG_ATOMIC_SLEEP`). The test `might_sleep` makes.
+pub(crate) fn atomic() -> bool {
+    // SAFETY: `rdma_in_atomic` only reads the calling context.
+    unsafe { bindings::rdma_in_atomic() }
+}
+
+/// Sleeps for about `ms` milliseconds (`msleep`): the pause of a polling loop in process
+/// context (later kernels have `kernel::time::delay::fsleep`). Sleeps: process context only.
+pub fn msleep(ms: u32) {
+    might_sleep();
+    // SAFETY: Process context (checked by `might_sleep` with `CONFIG_DEBUG_ATOMIC_SLEEP`).
+    unsafe { bindings::msleep(ms) };
+}
+
+/// Whether the running task is a workqueue worker (`PF_WQ_WORKER`).
+pub(crate) fn in_worker() -> bool {
+    // SAFETY: `rdma_in_worker` only reads the current task's flags.
+    unsafe { bindings::rdma_in_worker() }
+}
+
+/// `EAGAIN` (`EWOULDBLOCK`) where the caller may not sleep: what every verb that sleeps
+/// answers there, instead of sleeping in atomic context. (`might_sleep` only reports it, with
+/// `CONFIG_DEBUG_ATOMIC_SLEEP`.)
+pub(crate) fn sleepable() -> Result {
+    if atomic() {
+        return Err(crate::error::code::EAGAIN);
+    }
+    might_sleep();
+    Ok(())
+}
+
+/// The running task.
+pub(crate) fn current() -> *mut bindings::task_struct {
+    // SAFETY: `get_current` has no preconditions.
+    unsafe { bindings::get_current() }
+}
+
 /// Annotates a function that may sleep (`might_sleep`): with `CONFIG_DEBUG_ATOMIC_SLEEP` a
 /// call from atomic context (a completion handler, under a spinlock) is reported at once,
 /// rather than only when it actually sleeps.

@@ -13,8 +13,9 @@ use kernel::rdma::{
     cq::{Cq, PollContext, Wc, WcStatus},
     device::Device,
     dma::DmaBuf,
+    mr::Access,
     pd::Pd,
-    qp::{Access, Qp, QpCaps, QpType, RcParams},
+    qp::{Qp, QpCaps, QpType, RcParams},
     sync::Completion as Signal,
     wr::{Completion, Wr},
 };
@@ -48,8 +49,8 @@ struct Done {
 
 impl Completion for Msg {
     // Softirq context: no sleeping, only atomics and the completion.
-    fn done(wr: Wr<Self>, wc: &Wc) {
-        let msg = wr.data();
+    fn done(mut wr: Wr<Self>, wc: &Wc) {
+        let msg = wr.data_mut();
         let content_ok = match msg.expect {
             Some(e) => msg.buf.as_slice().get(..e.len()) == Some(e),
             None => true,
@@ -97,7 +98,8 @@ fn exchange(dev: &Device) -> Result<u32> {
         done: got.clone(),
     };
     b.post_recv(Wr::new(rx, GFP_KERNEL)?, |m, ops| {
-        ops.buf(&m.buf, 0..m.buf.len())?;
+        let len = m.buf.len();
+        ops.buf(&mut m.buf, 0..len)?;
         Ok(())
     })?;
     let mut buf = DmaBuf::new(&pd, GREETING.len(), GFP_KERNEL)?;

@@ -4,7 +4,9 @@
 #  - rustfmt, with the kernel tree's .rustfmt.toml (what `make rustfmtcheck` uses);
 #  - `bindings::` only inside rust/rdma;
 #  - clippy (the kernel's CLIPPY=1) on kernel::rdma, the modules and the sample: no warning
-#    in this project's files.
+#    in this project's files;
+#  - compile_fail/: code the types of kernel::rdma must refuse, refused with the error
+#    expected.
 # The modules are linted object by object: linking them against a clippy-driver
 # build of the kernel crate trips modpost on 6.12 with this rustc (upstream
 # symbols such as Kmalloc::aligned_layout go missing), which says nothing about
@@ -46,6 +48,26 @@ for spec in rdma_rust_ulp:CONFIG_RDMA_RUST_ULP:ulp_main.o rdma_kunit:CONFIG_RDMA
 		{ cat "$LOGS/clippy-$name.log" >&2; fail=1; }
 	w=$(clippy_warnings "$LOGS/clippy-$name.log" "modules/$name/")
 	[ -z "$w" ] || { echo "$w" >&2; echo "check: clippy warnings in $name" >&2; fail=1; }
+done
+
+# Code that must not compile (compile_fail/*.rs): each is built as a module and
+# must fail with the error code on its `//! expect:` line.
+for src in "$KUNIT_DIR"/compile_fail/*.rs; do
+	name=$(basename "$src" .rs)
+	want=$(sed -n 's|^//! expect: \(E[0-9]*\).*|\1|p' "$src")
+	log "compile-fail: $name (expects $want)"
+	dir=$MODBUILD/compile_fail/$name
+	mkdir -p "$dir"
+	sync_file "$src" "$dir/$name.rs"
+	echo "obj-m += $name.o" > "$dir/Makefile"
+	if "${KMAKE[@]}" M="$dir" "$name.o" > "$LOGS/compile-fail-$name.log" 2>&1; then
+		echo "check: compile_fail/$name.rs compiles: kernel::rdma no longer refuses it" >&2
+		fail=1
+	elif ! grep -q "^error\[$want\]" "$LOGS/compile-fail-$name.log"; then
+		grep '^error' "$LOGS/compile-fail-$name.log" >&2
+		echo "check: compile_fail/$name.rs fails, but not with $want" >&2
+		fail=1
+	fi
 done
 
 log "rebuilding without clippy"

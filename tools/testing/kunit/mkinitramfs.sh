@@ -49,10 +49,14 @@ printf '127.0.0.1 localhost\n' > "$root/etc/hosts"
 cp -a "$IMAGES/modroot/lib/modules" "$root/lib/"
 # The project's out-of-tree modules.
 cp "$MODBUILD/rdma_rust_ulp/rdma_rust_ulp.ko" "$MODBUILD/rdma_kunit/rdma_kunit.ko" \
+	"$MODBUILD/rdma_kunit/rdma_kunit_orphan.ko" \
 	"$MODBUILD/rdma_rust_loopback/rdma_rust_loopback.ko" "$root/lib/modules/extra/"
 
 cp "$KUNIT_DIR/guest-init.sh" "$root/init"
 chmod +x "$root/init"
+mkdir -p "$root/lib/rdmatest"
+cp "$KUNIT_DIR/guest-ulp.sh" "$root/lib/rdmatest/ulp.sh"
+cp "$KUNIT_DIR/guest-peers.sh" "$root/lib/rdmatest/peers.sh"
 
 (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > "$out.tmp"
 mv "$out.tmp" "$out"

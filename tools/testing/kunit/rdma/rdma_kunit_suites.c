@@ -9,6 +9,7 @@
  */
 
 #include <kunit/test.h>
+#include <linux/hardirq.h>
 #include <linux/sched.h>
 #include <linux/umh.h>
 #include <rdma/ib_verbs.h>
@@ -76,6 +77,14 @@ int rdma_kunit_res_count(const char *name)
 	return n;
 }
 
+bool rdma_kunit_bh_disabled(void);
+
+/* Whether bottom halves are disabled here (as in the handlers of a softirq CQ). */
+bool rdma_kunit_bh_disabled(void)
+{
+	return in_softirq();
+}
+
 #define RDMA_KUNIT_CASE(fn)						\
 	int fn(void);							\
 	static void fn##_case(struct kunit *test)			\
@@ -114,6 +123,15 @@ RDMA_KUNIT_CASE(rdma_kunit_verbs_srq)
 RDMA_KUNIT_CASE(rdma_kunit_verbs_drain_queues)
 RDMA_KUNIT_CASE(rdma_kunit_verbs_mr_sg)
 RDMA_KUNIT_CASE(rdma_kunit_verbs_ctor_failures)
+RDMA_KUNIT_CASE(rdma_kunit_verbs_gather_scatter)
+RDMA_KUNIT_CASE(rdma_kunit_sound_last_refs_in_handler)
+RDMA_KUNIT_CASE(rdma_kunit_sound_foreign_objects)
+RDMA_KUNIT_CASE(rdma_kunit_sound_cm_one_qp)
+RDMA_KUNIT_CASE(rdma_kunit_sound_srq_vs_poller)
+RDMA_KUNIT_CASE(rdma_kunit_sound_late_completion)
+RDMA_KUNIT_CASE(rdma_kunit_sound_srq_flush_context)
+RDMA_KUNIT_CASE(rdma_kunit_sound_drain_in_build)
+RDMA_KUNIT_CASE(rdma_kunit_sound_concurrent_drain)
 
 static struct kunit_case rdma_client_cases[] = {
 	KUNIT_CASE(rdma_kunit_client_add_each_device_case),
@@ -159,6 +177,7 @@ static struct kunit_case rdma_verbs_cases[] = {
 	KUNIT_CASE(rdma_kunit_verbs_srq_case),
 	KUNIT_CASE(rdma_kunit_verbs_drain_queues_case),
 	KUNIT_CASE(rdma_kunit_verbs_mr_sg_case),
+	KUNIT_CASE(rdma_kunit_verbs_gather_scatter_case),
 	KUNIT_CASE_SLOW(rdma_kunit_verbs_ctor_failures_case),
 	{}
 };
@@ -168,4 +187,26 @@ static struct kunit_suite rdma_verbs_suite = {
 	.test_cases = rdma_verbs_cases,
 };
 
-kunit_test_suites(&rdma_device_suite, &rdma_verbs_suite, &rdma_client_suite);
+/*
+ * The rules kernel::rdma keeps for its users (verbs/soundness.rs): each case
+ * fails, or splats, when the rule it checks is broken.
+ */
+static struct kunit_case rdma_soundness_cases[] = {
+	KUNIT_CASE_SLOW(rdma_kunit_sound_last_refs_in_handler_case),
+	KUNIT_CASE(rdma_kunit_sound_foreign_objects_case),
+	KUNIT_CASE(rdma_kunit_sound_cm_one_qp_case),
+	KUNIT_CASE(rdma_kunit_sound_srq_vs_poller_case),
+	KUNIT_CASE_SLOW(rdma_kunit_sound_late_completion_case),
+	KUNIT_CASE(rdma_kunit_sound_srq_flush_context_case),
+	KUNIT_CASE(rdma_kunit_sound_drain_in_build_case),
+	KUNIT_CASE(rdma_kunit_sound_concurrent_drain_case),
+	{}
+};
+
+static struct kunit_suite rdma_soundness_suite = {
+	.name = "rdma_soundness",
+	.test_cases = rdma_soundness_cases,
+};
+
+kunit_test_suites(&rdma_device_suite, &rdma_verbs_suite, &rdma_soundness_suite,
+		  &rdma_client_suite);

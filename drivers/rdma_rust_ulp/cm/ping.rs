@@ -1,0 +1,632 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! rping's protocol over one RC connection (rdma-core's `librdmacm/examples/rping.c`, also
+//! krping's), either side, driven from completion handlers. See [`super`] for the round trip.
+
+use crate::run::{register, Run};
+use crate::stats::Stats;
+use core::sync::atomic::{AtomicBool, Ordering};
+use kernel::new_spinlock_bh;
+use kernel::prelude::*;
+use kernel::rdma::{
+    cq::{Cq, Wc},
+    dma::DmaBuf,
+    mr::{Mr, Remote},
+    pd::Pd,
+    qp::{Init, Qp, Rts},
+    sync::SpinLockBh,
+    wr::{Completion, Wr},
+};
+use kernel::sync::Arc;
+use kernel::time::Ktime;
+
+/// Bytes of rping's buffer advertisement (`struct rping_rdma_info`).
+const INFO_LEN: usize = 16;
+const PAGE: usize = 4096;
+
+fn now_ns() -> i64 {
+    Ktime::ktime_get().to_ns()
+}
+
+/// A buffer advertisement.
+#[derive(Clone, Copy)]
+struct Info {
+    addr: u64,
+    rkey: u32,
+    len: u32,
+}
+
+impl Info {
+    fn encode(self, b: &mut [u8]) {
+        if b.len() >= INFO_LEN {
+            b[..8].copy_from_slice(&self.addr.to_be_bytes());
+            b[8..12].copy_from_slice(&self.rkey.to_be_bytes());
+            b[12..16].copy_from_slice(&self.len.to_be_bytes());
+        }
+    }
+
+    fn decode(b: &[u8]) -> Option<Self> {
+        Some(Info {
+            addr: u64::from_be_bytes(b.get(..8)?.try_into().ok()?),
+            rkey: u32::from_be_bytes(b.get(8..12)?.try_into().ok()?),
+            len: u32::from_be_bytes(b.get(12..16)?.try_into().ok()?),
+        })
+    }
+}
+
+/// rping's message header for ping `n`: `rdma-ping-N: `.
+struct Header {
+    buf: [u8; 32],
+    len: usize,
+}
+
+impl Header {
+    fn new(n: u64) -> Self {
+        let mut h = Header {
+            buf: [0; 32],
+            len: 0,
+        };
+        let _ = core::fmt::Write::write_fmt(&mut h, format_args!("rdma-ping-{n}: "));
+        h
+    }
+}
+
+impl core::fmt::Write for Header {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        let end = self.len + s.len();
+        self.buf
+            .get_mut(self.len..end)
+            .ok_or(core::fmt::Error)?
+            .copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
+}
+
+/// Byte `i` of rping's `size`-byte message `n` with header `h`: the header, then letters
+/// 'A'..='z' in turn from the n-th one, then a NUL.
+fn ping_byte(h: &Header, n: u64, size: usize, i: usize) -> u8 {
+    let hl = h.len;
+    if i + 1 == size {
+        0
+    } else if i < hl {
+        h.buf[i]
+    } else {
+        65 + ((n % 58) as usize + (i - hl)).rem_euclid(58) as u8
+    }
+}
+
+/// The ping number of `data` if it is a well-formed rping message.
+fn check_ping(data: &[u8]) -> Option<u64> {
+    let rest = data.strip_prefix(b"rdma-ping-")?;
+    let digits = rest.iter().take_while(|c| c.is_ascii_digit()).count();
+    if digits == 0 || digits > 19 {
+        return None;
+    }
+    let mut n: u64 = 0;
+    for &d in &rest[..digits] {
+        n = n.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+    }
+    let h = Header::new(n);
+    let ok = data
+        .iter()
+        .enumerate()
+        .all(|(i, &b)| b == ping_byte(&h, n, data.len(), i));
+    ok.then_some(n)
+}
+
+/// Where a connection is in the round trip.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Not started, or stopped.
+    Idle,
+    /// Client: source advertised, waiting for the first go ahead.
+    WaitGo1,
+    /// Client: sink advertised, waiting for the second.
+    WaitGo2,
+    /// Server: waiting for the source advertisement.
+    WaitSource,
+    /// Server: reading the source.
+    Reading,
+    /// Server: waiting for the sink advertisement.
+    WaitSink,
+    /// Server: writing the sink.
+    Writing,
+}
+
+/// The state of a connection, changed by its handlers under [`Conn::st`].
+struct Ping {
+    phase: Phase,
+    /// The two SEND requests (client: source and sink advertisements; server: the two go
+    /// aheads), parked here while not posted.
+    sends: [Option<Wr<Msg>>; 2],
+    /// A SEND wanted while its request was still out: posted when it comes back.
+    pending: [bool; 2],
+    /// Server: the READ/WRITE request.
+    xfer: Option<Wr<Xfer>>,
+    /// Client: the source and sink buffers, registered for remote read and write.
+    source: Option<Mr>,
+    sink: Option<Mr>,
+    /// Client: the ping in flight; server: the ping expected next.
+    seq: u64,
+    /// Server: bytes read from the source.
+    len: u32,
+    started_ns: i64,
+    /// Server: the go ahead in flight (SEND slot 1) ends the run's last round trip; the run
+    /// ends when it has been delivered (or has failed), not before: ending it tears the
+    /// connection down, which would flush a go ahead still on its way.
+    last_round: bool,
+}
+
+/// One RC connection of a ping run.
+#[pin_data]
+pub(super) struct Conn {
+    run: Arc<Run>,
+    server: bool,
+    size: usize,
+    /// Set once the connection stops for good.
+    ended: AtomicBool,
+    #[pin]
+    qp: SpinLockBh<Option<Arc<Qp<Rts>>>>,
+    #[pin]
+    st: SpinLockBh<Ping>,
+}
+
+/// Slot numbers of [`Msg`]: the two sends and the receive.
+const RECV: usize = 2;
+
+/// A 16-byte SEND or receive.
+struct Msg {
+    conn: Arc<Conn>,
+    buf: DmaBuf,
+    slot: usize,
+}
+
+/// The server's RDMA READ/WRITE of the ping data.
+struct Xfer {
+    conn: Arc<Conn>,
+    buf: DmaBuf,
+}
+
+impl Conn {
+    pub(super) fn new(run: &Arc<Run>, server: bool, size: usize) -> Result<Arc<Conn>> {
+        Arc::pin_init(
+            pin_init!(Conn {
+                run: run.clone(),
+                server,
+                size,
+                ended: AtomicBool::new(false),
+                qp <- new_spinlock_bh!(None, "rdma_rust_ulp_cm_qp"),
+                st <- new_spinlock_bh!(Ping {
+                    phase: Phase::Idle,
+                    sends: [None, None],
+                    pending: [false, false],
+                    xfer: None,
+                    source: None,
+                    sink: None,
+                    seq: 0,
+                    len: 0,
+                    started_ns: 0,
+                    last_round: false,
+                }, "rdma_rust_ulp_cm_ping"),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    /// Allocates the requests and posts the receive on `qp` (before the connection is up).
+    pub(super) fn prepare(self: &Arc<Self>, qp: &Qp<Init>, pd: &Arc<Pd>) -> Result {
+        let recv = Wr::new(
+            Msg {
+                conn: self.clone(),
+                buf: DmaBuf::new(pd, INFO_LEN, GFP_KERNEL)?,
+                slot: RECV,
+            },
+            GFP_KERNEL,
+        )?;
+        qp.post_recv(recv, |m, ops| {
+            ops.buf(&mut m.buf, 0..INFO_LEN)?;
+            Ok(())
+        })?;
+        let mut sends = [None, None];
+        for (slot, s) in sends.iter_mut().enumerate() {
+            *s = Some(Wr::new(
+                Msg {
+                    conn: self.clone(),
+                    buf: DmaBuf::new(pd, INFO_LEN, GFP_KERNEL)?,
+                    slot,
+                },
+                GFP_KERNEL,
+            )?);
+        }
+        let xfer = if self.server {
+            Some(Wr::new(
+                Xfer {
+                    conn: self.clone(),
+                    buf: DmaBuf::new(pd, self.size, GFP_KERNEL)?,
+                },
+                GFP_KERNEL,
+            )?)
+        } else {
+            None
+        };
+        let mut st = self.st.lock();
+        st.sends = sends;
+        st.xfer = xfer;
+        Ok(())
+    }
+
+    /// The connection is up on `qp`: a server waits for the first advertisement; a client
+    /// registers its buffers (process context) and sends the first one.
+    pub(super) fn begin(self: &Arc<Self>, qp: Qp<Rts>, cq: &Cq) -> Result {
+        let qp = Arc::new(qp, GFP_KERNEL)?;
+        *self.qp.lock() = Some(qp.clone());
+        if self.server {
+            self.st.lock().phase = Phase::WaitSource;
+            return Ok(());
+        }
+        let pages = (self.size.div_ceil(PAGE) + 1) as u32;
+        let mut mrs = [None, None];
+        for m in mrs.iter_mut() {
+            let mut mr = Mr::new(qp.pd(), pages)?;
+            mr.map(DmaBuf::new(qp.pd(), self.size, GFP_KERNEL)?)
+                .map_err(|(e, _)| e)?;
+            *m = Some(register(&qp, cq, mr)?);
+        }
+        let [Some(mut source), Some(sink)] = mrs else {
+            return Err(EINVAL);
+        };
+        fill_ping(&mut source, 0, self.size)?;
+        let mut st = self.st.lock();
+        for (slot, mr) in [&source, &sink].into_iter().enumerate() {
+            let r = mr.remote();
+            if let Some(wr) = st.sends[slot].as_mut() {
+                Info {
+                    addr: r.addr,
+                    rkey: r.rkey,
+                    len: self.size as u32,
+                }
+                .encode(wr.data_mut().buf.as_mut_slice());
+            }
+        }
+        st.source = Some(source);
+        st.sink = Some(sink);
+        st.seq = 0;
+        st.phase = Phase::WaitGo1;
+        st.started_ns = now_ns();
+        self.advertise(&mut st, 0);
+        Ok(())
+    }
+
+    /// Posts SEND `slot`, or marks it wanted if it is still out.
+    fn advertise(&self, st: &mut Ping, slot: usize) {
+        match st.sends[slot].take() {
+            Some(wr) => self.post_msg(wr),
+            None => st.pending[slot] = true,
+        }
+    }
+
+    fn post_msg(&self, wr: Wr<Msg>) {
+        let q = self.qp.lock();
+        let Some(qp) = q.as_ref() else {
+            return;
+        };
+        let r = if wr.data().slot == RECV {
+            qp.post_recv(wr, |m, ops| {
+                ops.buf(&mut m.buf, 0..INFO_LEN)?;
+                Ok(())
+            })
+        } else {
+            qp.post_send(wr, |m, ops| {
+                ops.send(&m.buf, 0..INFO_LEN)?;
+                Ok(())
+            })
+        };
+        if let Err(e) = r {
+            if e.err != ESHUTDOWN {
+                self.fail(format_args!("post: {:?}", e.err));
+            }
+        }
+    }
+
+    fn post_xfer(&self, wr: Wr<Xfer>, read: bool, len: usize, remote: Remote) {
+        let q = self.qp.lock();
+        let Some(qp) = q.as_ref() else {
+            return;
+        };
+        let r = qp.post_send(wr, |x, ops| {
+            if read {
+                ops.read(&mut x.buf, 0..len, remote)?;
+            } else {
+                ops.write(&x.buf, 0..len, remote)?;
+            }
+            Ok(())
+        });
+        if let Err(e) = r {
+            if e.err != ESHUTDOWN {
+                self.fail(format_args!("post RDMA: {:?}", e.err));
+            }
+        }
+    }
+
+    /// Stops the connection after an error (any context).
+    fn fail(&self, what: core::fmt::Arguments<'_>) {
+        self.run.error(what);
+        self.end();
+    }
+
+    /// Stops the connection; a client's run ends with it.
+    pub(super) fn end(&self) {
+        if !self.ended.swap(true, Ordering::AcqRel) && !self.server {
+            self.run.retire();
+        }
+    }
+
+    /// A message arrived (`info`, if it was 16 bytes).
+    fn on_message(&self, info: Option<Info>) {
+        let Some(info) = info else {
+            self.fail(format_args!("received a message that is not 16 bytes"));
+            return;
+        };
+        if self.ended.load(Ordering::Acquire) {
+            return;
+        }
+        let mut st = self.st.lock();
+        match st.phase {
+            Phase::WaitGo1 => {
+                st.phase = Phase::WaitGo2;
+                self.advertise(&mut st, 1);
+            }
+            Phase::WaitGo2 => self.client_round_done(&mut st),
+            Phase::WaitSource => {
+                if info.len == 0 || info.len as usize > self.size {
+                    drop(st);
+                    self.fail(format_args!(
+                        "the client advertised {} bytes (this server takes 1..={})",
+                        info.len, self.size
+                    ));
+                    return;
+                }
+                let Some(x) = st.xfer.take() else {
+                    return;
+                };
+                st.len = info.len;
+                st.phase = Phase::Reading;
+                st.started_ns = now_ns();
+                let remote = Remote {
+                    addr: info.addr,
+                    rkey: info.rkey,
+                };
+                self.post_xfer(x, true, info.len as usize, remote);
+            }
+            Phase::WaitSink => {
+                let Some(x) = st.xfer.take() else {
+                    return;
+                };
+                st.phase = Phase::Writing;
+                let len = st.len.min(info.len) as usize;
+                let remote = Remote {
+                    addr: info.addr,
+                    rkey: info.rkey,
+                };
+                self.post_xfer(x, false, len, remote);
+            }
+            p => {
+                drop(st);
+                self.fail(format_args!("unexpected message in phase {p:?}"));
+            }
+        }
+    }
+
+    /// Client: the sink holds the server's WRITE of ping `st.seq`.
+    fn client_round_done(&self, st: &mut Ping) {
+        let run = &self.run;
+        let size = self.size;
+        let ok = !run.spec.validate
+            || match (&st.source, &st.sink) {
+                (Some(a), Some(b)) => same(a, b, size),
+                _ => false,
+            };
+        run.stats
+            .latency(now_ns().saturating_sub(st.started_ns).max(0) as u64);
+        Stats::add(&run.stats.messages, 1);
+        Stats::add(&run.stats.bytes, 2 * size as u64);
+        if !ok {
+            Stats::add(&run.stats.corrupt, 1);
+            run.error(format_args!("ping {}: the sink does not match", st.seq));
+        }
+        st.seq += 1;
+        if st.seq >= run.spec.count || run.stopping() {
+            st.phase = Phase::Idle;
+            self.end();
+            return;
+        }
+        let filled = match st.source.as_mut() {
+            Some(src) => fill_ping(src, st.seq, size),
+            None => Err(EINVAL),
+        };
+        if let Err(e) = filled {
+            st.phase = Phase::Idle;
+            self.fail(format_args!("cannot fill the source: {e:?}"));
+            return;
+        }
+        st.phase = Phase::WaitGo1;
+        st.started_ns = now_ns();
+        self.advertise(st, 0);
+    }
+
+    /// Server: the READ or WRITE of the round trip completed.
+    fn xfer_done(&self, mut wr: Wr<Xfer>) {
+        let run = &self.run;
+        let mut st = self.st.lock();
+        match st.phase {
+            Phase::Reading => {
+                Stats::add(&run.stats.received, 1);
+                if run.spec.validate {
+                    let data = wr
+                        .data_mut()
+                        .buf
+                        .as_slice()
+                        .get(..st.len as usize)
+                        .unwrap_or(&[]);
+                    match check_ping(data) {
+                        None => {
+                            Stats::add(&run.stats.corrupt, 1);
+                            run.error(format_args!(
+                                "ping {}: {} bytes read are not an rping message",
+                                st.seq, st.len
+                            ));
+                        }
+                        Some(n) if n > st.seq => {
+                            Stats::add(&run.stats.lost, n - st.seq);
+                            st.seq = n;
+                        }
+                        Some(n) if n < st.seq => {
+                            Stats::add(&run.stats.dup, 1);
+                            st.seq = n;
+                        }
+                        Some(_) => {}
+                    }
+                }
+                st.xfer = Some(wr);
+                st.phase = Phase::WaitSink;
+                self.advertise(&mut st, 0);
+            }
+            Phase::Writing => {
+                run.stats
+                    .latency(now_ns().saturating_sub(st.started_ns).max(0) as u64);
+                Stats::add(&run.stats.bytes, 2 * u64::from(st.len));
+                let done = run.stats.messages.fetch_add(1, Ordering::Relaxed) + 1;
+                st.seq += 1;
+                st.xfer = Some(wr);
+                st.phase = Phase::WaitSource;
+                st.last_round = done == run.spec.count;
+                self.advertise(&mut st, 1);
+            }
+            p => {
+                drop(st);
+                drop(wr);
+                self.fail(format_args!("RDMA completion in phase {p:?}"));
+            }
+        }
+    }
+
+    /// Round trips done: the server's count, the client's ping in flight.
+    pub(super) fn round_trips(&self) -> u64 {
+        self.st.lock().seq
+    }
+
+    /// Frees the connection's QP and buffers (process context): the QP is drained first, so
+    /// every request has come back.
+    pub(super) fn teardown(&self) {
+        self.ended.store(true, Ordering::Release);
+        let qp = self.qp.lock().take();
+        if let Some(qp) = &qp {
+            // Process context; if the drain is refused, dropping the QP drains it.
+            let _ = qp.drain();
+        }
+        let (sends, xfer, source, sink) = {
+            let mut st = self.st.lock();
+            st.phase = Phase::Idle;
+            (
+                core::mem::take(&mut st.sends),
+                st.xfer.take(),
+                st.source.take(),
+                st.sink.take(),
+            )
+        };
+        drop((sends, xfer, source, sink, qp));
+    }
+}
+
+/// Whether the first `size` bytes of `a` and `b` are the same.
+fn same(a: &Mr, b: &Mr, size: usize) -> bool {
+    let (mut x, mut y) = ([0u8; 128], [0u8; 128]);
+    let mut off = 0;
+    while off < size {
+        let n = (size - off).min(128);
+        if a.read(off, &mut x[..n]).is_err() || b.read(off, &mut y[..n]).is_err() {
+            return false;
+        }
+        if x[..n] != y[..n] {
+            return false;
+        }
+        off += n;
+    }
+    true
+}
+
+/// Writes rping's message `n` into the first `size` bytes of `mr`.
+fn fill_ping(mr: &mut Mr, n: u64, size: usize) -> Result {
+    let h = Header::new(n);
+    let mut chunk = [0u8; 128];
+    let mut off = 0;
+    while off < size {
+        let len = (size - off).min(128);
+        for (i, b) in chunk[..len].iter_mut().enumerate() {
+            *b = ping_byte(&h, n, size, off + i);
+        }
+        mr.write(off, &chunk[..len])?;
+        off += len;
+    }
+    Ok(())
+}
+
+impl Completion for Msg {
+    fn done(mut wr: Wr<Self>, wc: &Wc) {
+        let conn = wr.data().conn.clone();
+        if conn.run.stats.completion(wc.status()) {
+            conn.fail(format_args!(
+                "{} completed with {:?}",
+                if wr.data().slot == RECV {
+                    "receive"
+                } else {
+                    "send"
+                },
+                wc.status()
+            ));
+        }
+        if wr.data().slot == RECV {
+            if !wc.is_ok() {
+                return;
+            }
+            let info = (wc.byte_len() as usize == INFO_LEN)
+                .then(|| Info::decode(wr.data_mut().buf.as_slice()))
+                .flatten();
+            conn.post_msg(wr);
+            conn.on_message(info);
+            return;
+        }
+        let slot = wr.data().slot;
+        let mut st = conn.st.lock();
+        if st.pending[slot] {
+            // An earlier post of this SEND came back; the one wanted since goes now.
+            st.pending[slot] = false;
+            if wc.is_ok() {
+                conn.post_msg(wr);
+            }
+            return;
+        }
+        // A server's last go ahead has been delivered (or failed): its run may end now.
+        let last = slot == 1 && core::mem::take(&mut st.last_round);
+        if wc.is_ok() {
+            st.sends[slot] = Some(wr);
+        }
+        drop(st);
+        if last {
+            conn.run.retire();
+        }
+    }
+}
+
+impl Completion for Xfer {
+    fn done(wr: Wr<Self>, wc: &Wc) {
+        let conn = wr.data().conn.clone();
+        if conn.run.stats.completion(wc.status()) {
+            conn.fail(format_args!("RDMA completed with {:?}", wc.status()));
+        }
+        if wc.is_ok() {
+            conn.xfer_done(wr);
+        }
+    }
+}

@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! What the other files of the ULP share: list helpers that 6.12's `KVec` lacks, and the one
+//! way the ULP waits for its handlers.
+
+use kernel::prelude::*;
+use kernel::rdma::{
+    cq::{Cq, PollContext},
+    sync::{msleep, Completion as Signal},
+};
+use kernel::time::Ktime;
+
+/// Removes and returns element `i` of `v`, keeping the order of the others (6.12's `KVec` has
+/// no `remove`).
+pub(crate) fn remove_at<T>(v: &mut KVec<T>, i: usize) -> Option<T> {
+    let len = v.len();
+    if i >= len {
+        return None;
+    }
+    v.as_mut_slice()[i..].rotate_left(1);
+    // SAFETY: Element `len - 1` is initialised; it is read out once and no longer counted, and
+    // the `len - 1` elements before it stay initialised.
+    unsafe {
+        let last = v.as_ptr().add(len - 1).read();
+        v.set_len(len - 1);
+        Some(last)
+    }
+}
+
+/// Keeps the elements of `v` for which `keep` holds, in order, and drops the others.
+pub(crate) fn retain<T>(v: &mut KVec<T>, mut keep: impl FnMut(&T) -> bool) {
+    let mut i = 0;
+    while i < v.len() {
+        if keep(&v[i]) {
+            i += 1;
+        } else {
+            drop(remove_at(v, i));
+        }
+    }
+}
+
+/// Waits up to `ms` milliseconds until `done()` holds: polling `cq` meanwhile when its
+/// completions are processed only by whoever polls it ([`PollContext::Direct`]), else sleeping
+/// on `signal`, which the handlers complete when something worth looking at happened (or, with
+/// no signal, for a few milliseconds at a time). `ETIMEDOUT` when the time is up. Process
+/// context.
+pub(crate) fn wait_until(
+    cq: Option<&Cq>,
+    signal: Option<&Signal>,
+    ms: u32,
+    mut done: impl FnMut() -> bool,
+) -> Result {
+    let direct = cq.filter(|c| c.poll_context() == PollContext::Direct);
+    let deadline = Ktime::ktime_get().to_ns() + i64::from(ms) * 1_000_000;
+    while !done() {
+        if Ktime::ktime_get().to_ns() >= deadline {
+            return Err(ETIMEDOUT);
+        }
+        if let Some(cq) = direct {
+            if cq.poll_direct(64).unwrap_or(0) > 0 {
+                continue;
+            }
+        }
+        let step = if direct.is_some() { 1 } else { 10 };
+        match signal {
+            Some(s) => {
+                let _ = s.wait_timeout(step);
+            }
+            None => msleep(step),
+        }
+    }
+    Ok(())
+}

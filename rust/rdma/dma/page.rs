@@ -1,0 +1,190 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! A page DMA-mapped for a device (`ib_dma_map_page`).
+//!
+//! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
+
+use super::{check_mapping, copy_volatile, private, span, Bidirectional, Direction, Mapped};
+use crate::{
+    alloc::flags::*,
+    bindings,
+    error::{Error, Result},
+    page::{Page, PAGE_SIZE},
+    rdma::{pd::Pd, sync::sleepable},
+    sync::Arc,
+};
+use core::{marker::PhantomData, mem::ManuallyDrop};
+
+/// Copies between a page and a buffer, through a temporary mapping of the page, with volatile
+/// accesses (see [`copy_volatile`]).
+///
+/// # Safety
+///
+/// `at .. at + buf_len` must lie inside the page; `buf` must be valid for reads (`to_page`) or
+/// writes (otherwise) of `buf_len` bytes.
+pub(super) unsafe fn page_copy(
+    page: &Page,
+    at: usize,
+    buf: *mut u8,
+    buf_len: usize,
+    to_page: bool,
+) {
+    // SAFETY: The page is owned by the caller's object; the mapping is released below.
+    let base = unsafe { bindings::kmap_local_page(page.as_ptr()) }.cast::<u8>();
+    // SAFETY: `at + buf_len` is inside the page (the caller's guarantee), which `base` maps.
+    unsafe {
+        if to_page {
+            copy_volatile(buf, base.add(at), buf_len);
+        } else {
+            copy_volatile(base.add(at), buf, buf_len);
+        }
+        bindings::kunmap_local(base.cast());
+    }
+}
+
+/// A page of memory DMA-mapped in direction `D` for the device of a [`Pd`] while it lives
+/// (`ib_dma_map_page`).
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::{dma::DmaPage, pd::Pd};
+///
+/// fn page_with(pd: &kernel::sync::Arc<Pd>, header: &[u8]) -> Result<DmaPage> {
+///     let mut page = DmaPage::new(pd)?;
+///     page.write(0, header)?;
+///     let mut back = [0u8; 4];
+///     page.read(0, &mut back[..header.len().min(4)])?;
+///     Ok(page)
+/// }
+/// ```
+///
+/// # Invariants
+///
+/// `page` is mapped at `dma` for `pd.device()` in direction `D` until it is unmapped in `drop`
+/// or `into_page`.
+pub struct DmaPage<D: Direction = Bidirectional> {
+    page: ManuallyDrop<Page>,
+    dma: u64,
+    pd: Arc<Pd>,
+    _d: PhantomData<D>,
+}
+
+impl DmaPage<Bidirectional> {
+    /// Allocates a zeroed page and maps it both ways; `ENOMEM` if either fails.
+    pub fn new(pd: &Arc<Pd>) -> Result<Self> {
+        sleepable()?;
+        let page = Page::alloc_page(GFP_KERNEL | __GFP_ZERO)?;
+        Self::from_page(pd, page).map_err(|(e, _)| e)
+    }
+}
+
+impl<D: Direction> DmaPage<D> {
+    /// Maps the caller's `page` in direction `D`; `ENOMEM` (with the page) if that fails.
+    pub fn from_page(pd: &Arc<Pd>, page: Page) -> Result<Self, (Error, Page)> {
+        let dev = pd.device().as_raw();
+        // SAFETY: `page` is an allocated page that outlives the mapping (unmapped in `drop` or
+        // `into_page`).
+        let dma = unsafe { bindings::ib_dma_map_page(dev, page.as_ptr(), 0, PAGE_SIZE, D::RAW) };
+        if let Err(e) = check_mapping(pd.device(), dma) {
+            return Err((e, page));
+        }
+        // INVARIANT: The page is mapped at `dma`.
+        Ok(Self {
+            page: ManuallyDrop::new(page),
+            dma,
+            pd: pd.clone(),
+            _d: PhantomData,
+        })
+    }
+
+    /// Unmaps the page and gives it back.
+    pub fn into_page(self) -> Page {
+        let mut me = ManuallyDrop::new(self);
+        me.unmap();
+        // SAFETY: `me` is never used or dropped again; the page and the PD are moved out once.
+        unsafe {
+            core::ptr::drop_in_place(&raw mut me.pd);
+            ManuallyDrop::take(&mut me.page)
+        }
+    }
+
+    fn unmap(&mut self) {
+        // SAFETY: The page is mapped at `dma` (invariant) and no request uses it.
+        unsafe {
+            bindings::ib_dma_unmap_page(self.pd.device().as_raw(), self.dma, PAGE_SIZE, D::RAW)
+        };
+    }
+
+    fn sync(&self, for_device: bool) {
+        let dev = self.pd.device().as_raw();
+        // SAFETY: The page is mapped at `dma` (invariant); a page mapping may be synced as a
+        // single one.
+        unsafe {
+            if for_device {
+                bindings::ib_dma_sync_single_for_device(dev, self.dma, PAGE_SIZE, D::RAW)
+            } else {
+                bindings::ib_dma_sync_single_for_cpu(dev, self.dma, PAGE_SIZE, D::RAW)
+            }
+        }
+    }
+
+    /// The DMA address of the page.
+    pub fn dma_addr(&self) -> u64 {
+        self.dma
+    }
+
+    /// Copies `dst.len()` bytes at `offset` out of the page, after syncing it for the CPU.
+    /// `EINVAL` if the range is empty or not inside the page.
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result {
+        let r = span(offset, dst.len(), PAGE_SIZE)?;
+        self.sync(false);
+        // SAFETY: `r` is inside the page and `dst` valid for its length.
+        unsafe { page_copy(&self.page, r.start, dst.as_mut_ptr(), dst.len(), false) };
+        Ok(())
+    }
+
+    /// Copies `src` into the page at `offset`, then syncs it for the device. `EINVAL` if the
+    /// range is empty or not inside the page.
+    pub fn write(&mut self, offset: usize, src: &[u8]) -> Result {
+        let r = span(offset, src.len(), PAGE_SIZE)?;
+        self.sync(false);
+        // SAFETY: `r` is inside the page and `src` valid for its length.
+        unsafe {
+            page_copy(
+                &self.page,
+                r.start,
+                src.as_ptr().cast_mut(),
+                src.len(),
+                true,
+            )
+        };
+        self.sync(true);
+        Ok(())
+    }
+}
+
+impl<D: Direction> private::Sealed for DmaPage<D> {}
+
+impl<D: Direction> Mapped for DmaPage<D> {
+    fn pd(&self) -> &Arc<Pd> {
+        &self.pd
+    }
+
+    fn size(&self) -> usize {
+        PAGE_SIZE
+    }
+
+    fn piece_for_device(&self, offset: usize, end: usize) -> (u64, u32) {
+        self.sync(true);
+        (self.dma + offset as u64, (end - offset) as u32)
+    }
+}
+
+impl<D: Direction> Drop for DmaPage<D> {
+    fn drop(&mut self) {
+        self.unmap();
+        // SAFETY: Dropped once, here; the mapping is gone.
+        unsafe { ManuallyDrop::drop(&mut self.page) };
+    }
+}

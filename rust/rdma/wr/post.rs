@@ -1,0 +1,194 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Posting work requests (`ib_post_send`, `ib_post_recv`, `ib_post_srq_recv`).
+//!
+//! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
+//!
+//! Every post runs the same steps: the request leaves its box ([`Wr::start`]), the owner's
+//! closure names its memory, the list is checked against the queue, then, inside the queue's
+//! post gate (which drain closes), the module of the request's handler is recorded and a slot
+//! claimed before the driver sees it. The closure runs before the gate, so that it may do
+//! anything, drain the queue included, without waiting for itself. Any context but hard
+//! interrupts (the bookkeeping takes BH-disabling locks).
+
+use super::{Completion, PostError, Queue, RecvOps, SendOps, Wr};
+use crate::{
+    bindings,
+    error::{code::*, Error, Result},
+    rdma::{
+        qp::{reserve, CanRecv, Qp, Rts},
+        srq::Srq,
+        sync::PostTicket,
+    },
+};
+use core::sync::atomic::Ordering;
+
+/// Gives `wr` back with `err` when `r` is an error.
+macro_rules! or_cancel {
+    ($r:expr, $p:expr) => {
+        match $r {
+            Ok(v) => v,
+            Err(err) => {
+                return Err(PostError {
+                    err,
+                    wr: $p.cancel(),
+                })
+            }
+        }
+    };
+}
+
+impl Qp<Rts> {
+    /// Posts the operations `build` adds, chained, as one send request (`ib_post_send`).
+    ///
+    /// The operations may name only memory reachable from `T` (see [`wr`](super)); the request
+    /// owns it until its completion. Only the last operation is signaled.
+    ///
+    /// On failure the request comes back in the [`PostError`]: `ENOMEM` when the operations do
+    /// not fit in the free send slots, `EINVAL` for no operation, an inline send longer than the
+    /// QP's `max_inline`, more memory pieces in one operation than its `send_sge`, an operation
+    /// the transport does not have (RDMA or atomics on UD, UD sends on RC), memory, a memory
+    /// region or an address handle of another PD, or a request of another module than the QP's
+    /// earlier ones, `ESHUTDOWN` once the QP is drained, `EIO` once a driver failure stopped it.
+    /// If the driver takes only part of a chained request (a driver failure, logged), this
+    /// returns `Ok`: the QP then refuses further posts with `EIO`, and the request comes back,
+    /// flushed, when the QP is destroyed. Any context but hard interrupts (softirq included).
+    pub fn post_send<T: Completion>(
+        &self,
+        wr: Wr<T>,
+        build: impl for<'a> FnOnce(&'a mut T, &mut SendOps<'a>) -> Result,
+    ) -> Result<(), PostError<T>> {
+        let inner = &*self.inner;
+        let shared = inner.shared();
+        let mut p = wr.start(Queue::Send);
+        let mut ops = SendOps::new(inner.pd());
+        // SAFETY: The reference is used only by `build`, which records DMA addresses and raw
+        // pointers to objects owned by the request.
+        or_cancel!(build(unsafe { p.data() }, &mut ops), p);
+        or_cancel!(ops.check(inner), p);
+        let n = ops.len() as u32;
+        let _ticket: PostTicket<'_> = or_cancel!(shared.admit(p.owner()), p);
+        or_cancel!(reserve(&shared.sq_used, n, inner.caps.send_depth), p);
+        p.set_slots(n);
+        shared.posted.store(true, Ordering::Release);
+        let head = ops.link(p.cqe());
+        let mut bad: *const bindings::ib_send_wr = core::ptr::null();
+        // SAFETY: `ptr` is valid; the list and its SGEs live in `ops` for the call (the driver
+        // copies them); the memory belongs to the request, which the device owns from now on.
+        let ret = unsafe { bindings::ib_post_send(inner.ptr, head, &mut bad) };
+        if ret == 0 {
+            p.posted();
+            return Ok(());
+        }
+        if bad == head {
+            shared.sq_used.fetch_sub(n, Ordering::AcqRel);
+            return Err(PostError {
+                err: Error::from_errno(ret),
+                wr: p.cancel(),
+            });
+        }
+        // Part of the chain is on the device and names the request's memory: it must stay
+        // where it is until the QP is drained. The checks above make this a driver failure.
+        crate::pr_err!(
+            "kernel::rdma: QP {}: the driver took part of a chained post ({}); the QP is stopped and the request comes back when it is destroyed\n",
+            self.qpn(),
+            ret
+        );
+        shared.break_off(n, p.orphan());
+        p.posted();
+        Ok(())
+    }
+}
+
+impl<S: CanRecv> Qp<S> {
+    /// Posts a receive (`ib_post_recv`). `build` names its memory, which must be reachable from
+    /// `T` alone (see [`wr`](super)).
+    ///
+    /// On failure the request comes back in the [`PostError`]: `ENOMEM` when `recv_depth`
+    /// receives are outstanding, `EINVAL` for an empty scatter list, more entries than the
+    /// QP takes, memory of another PD, a request of another module than the QP's earlier ones,
+    /// or a QP that takes its receives from an SRQ, `ESHUTDOWN` once the QP is drained. Any
+    /// context but hard interrupts.
+    pub fn post_recv<T: Completion>(
+        &self,
+        wr: Wr<T>,
+        build: impl for<'a> FnOnce(&'a mut T, &mut RecvOps<'a>) -> Result,
+    ) -> Result<(), PostError<T>> {
+        let inner = &*self.inner;
+        let shared = inner.shared();
+        let mut p = wr.start(Queue::Recv);
+        let mut ops = RecvOps::new(inner.pd());
+        // SAFETY: The reference is used only by `build`, which records DMA addresses.
+        or_cancel!(build(unsafe { p.data() }, &mut ops), p);
+        // A QP with an SRQ has no receive queue (its `recv_sge` is 0).
+        or_cancel!(ops.check(inner.caps.recv_sge), p);
+        let _ticket: PostTicket<'_> = or_cancel!(shared.admit(p.owner()), p);
+        or_cancel!(reserve(&shared.rq_used, 1, inner.caps.recv_depth), p);
+        p.set_slots(1);
+        shared.posted.store(true, Ordering::Release);
+        let rwr = ops.raw(p.cqe());
+        // SAFETY: `ptr` is valid; `rwr` and its scatter list are valid for the call (the driver
+        // copies them); the memory belongs to the request, which the device owns from now on.
+        let ret = unsafe { bindings::ib_post_recv(inner.ptr, &rwr, core::ptr::null_mut()) };
+        if ret != 0 {
+            shared.rq_used.fetch_sub(1, Ordering::AcqRel);
+            return Err(PostError {
+                err: Error::from_errno(ret),
+                wr: p.cancel(),
+            });
+        }
+        p.posted();
+        Ok(())
+    }
+}
+
+impl Srq {
+    /// Posts a receive on the SRQ (`ib_post_srq_recv`); whichever attached QP takes it
+    /// completes it. `build` names its memory, which must be reachable from `T` alone.
+    ///
+    /// On failure the request comes back in the [`PostError`]: `ENOMEM` when `depth` receives
+    /// are outstanding, `EINVAL` for an empty scatter list, more than `sge` entries, memory of
+    /// another PD or a request of another module than the SRQ's earlier ones, `ESHUTDOWN` once
+    /// the SRQ is being destroyed. Any context but hard interrupts.
+    pub fn post_recv<T: Completion>(
+        &self,
+        wr: Wr<T>,
+        build: impl for<'a> FnOnce(&'a mut T, &mut RecvOps<'a>) -> Result,
+    ) -> Result<(), PostError<T>> {
+        let shared = self.shared();
+        let mut p = wr.start(Queue::Srq);
+        let mut ops = RecvOps::new(self.pd());
+        // SAFETY: The reference is used only by `build`, which records DMA addresses.
+        or_cancel!(build(unsafe { p.data() }, &mut ops), p);
+        or_cancel!(ops.check(self.sge()), p);
+        let _ticket: PostTicket<'_> = or_cancel!(shared.admit(p.owner()), p);
+        if !self.claim_slot() {
+            return Err(PostError {
+                err: ENOMEM,
+                wr: p.cancel(),
+            });
+        }
+        // Room was claimed above, so a free slot exists.
+        let Some(index) = self.record(p.orphan()) else {
+            return Err(PostError {
+                err: ENOMEM,
+                wr: p.cancel(),
+            });
+        };
+        p.set_slots(1);
+        p.set_srq(shared, index);
+        let rwr = ops.raw(p.cqe());
+        // SAFETY: `ptr` is valid; `rwr` and its scatter list are valid for the call (the driver
+        // copies them); the memory belongs to the request, which the device owns from now on.
+        let ret = unsafe { bindings::ib_post_srq_recv(self.as_raw(), &rwr, core::ptr::null_mut()) };
+        if ret != 0 {
+            self.unrecord(index);
+            return Err(PostError {
+                err: Error::from_errno(ret),
+                wr: p.cancel(),
+            });
+        }
+        p.posted();
+        Ok(())
+    }
+}

@@ -1,0 +1,516 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The operations of a send request (`struct ib_send_wr` and its variants).
+//!
+//! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
+
+use super::{add_sges, MAX_OPS};
+use crate::{
+    bindings,
+    error::{code::*, Result},
+    rdma::{
+        ah::Ah,
+        dma::{DeviceReads, DmaBuf, Gather, Mapped, Scatter, MAX_SGE},
+        mr::{Access, Mr, Remote},
+        pd::{Pd, PdKey},
+        qp::{QpInner, QpType},
+    },
+};
+use core::{marker::PhantomData, ops::Range};
+
+/// One send-queue operation as the C API lays it out: every variant starts with `ib_send_wr`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+union RawSendWr {
+    send: bindings::ib_send_wr,
+    rdma: bindings::ib_rdma_wr,
+    atomic: bindings::ib_atomic_wr,
+    ud: bindings::ib_ud_wr,
+    reg: bindings::ib_reg_wr,
+}
+
+/// What the scatter/gather list of an operation is, so that [`SendOps::gather`] and
+/// [`SendOps::scatter`] extend only lists of their own kind.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum List {
+    /// Memory the device reads (SEND, RDMA WRITE).
+    Gather,
+    /// Memory the device writes (RDMA READ).
+    Scatter,
+    /// An inline SEND (CPU addresses), an atomic's result, or no memory at all.
+    Fixed,
+}
+
+/// The operations of one send [`Wr`](super::Wr), chained and posted with one `ib_post_send`.
+///
+/// Only the last operation is signaled and carries the request's completion; earlier ones may
+/// be marked [`SendOps::unsignaled`] (the default for all but the last), since the completion of
+/// the last one implies theirs (send queues complete in order). A failed unsignaled operation
+/// moves a connected QP to the error state, and the last one then completes with a flush error.
+///
+/// An operation's memory may be several pieces ([`SendOps::gather`], [`SendOps::scatter`]):
+/// a header and a page vector in one SEND, for instance, up to the QP's `send_sge` entries per
+/// operation and [`MAX_SGE`] per request.
+///
+/// # Examples
+///
+/// An RDMA WRITE of a buffer to the peer, then a SEND with immediate data that tells it the
+/// data is there, in one post:
+///
+/// ```
+/// use kernel::rdma::{cq::Wc, dma::DmaBuf, mr::Remote, qp::{Qp, Rts}, wr::{Completion, Wr}};
+///
+/// struct Out {
+///     buf: DmaBuf,
+/// }
+///
+/// impl Completion for Out {
+///     fn done(wr: Wr<Self>, wc: &Wc) {
+///         if !wc.is_ok() {
+///             pr_warn!("write+send failed: {:?}\n", wc.status());
+///         }
+///         drop(wr);
+///     }
+/// }
+///
+/// fn write_then_notify(qp: &Qp<Rts>, to: Remote) -> Result {
+///     let mut buf = DmaBuf::new(qp.pd(), 8192, GFP_KERNEL)?;
+///     buf.as_mut_slice().fill(0xab);
+///     qp.post_send(Wr::new(Out { buf }, GFP_KERNEL)?, |o, ops| {
+///         ops.write(&o.buf, 0..8192, to)?;
+///         ops.send_imm(&o.buf, 0..8, 8192)?;
+///         Ok(())
+///     })?;
+///     Ok(())
+/// }
+/// ```
+pub struct SendOps<'a> {
+    pd: PdKey,
+    wrs: [RawSendWr; MAX_OPS],
+    lists: [List; MAX_OPS],
+    /// The first entry of operation `i` in `sges`, and how many it has.
+    first: [usize; MAX_OPS],
+    count: [usize; MAX_OPS],
+    sges: [bindings::ib_sge; MAX_SGE],
+    used: usize,
+    n: usize,
+    inline_len: [u32; MAX_OPS],
+    ud_ops: usize,
+    _p: PhantomData<&'a mut ()>,
+}
+
+impl<'a> SendOps<'a> {
+    pub(crate) fn new(pd: &Pd) -> Self {
+        // SAFETY: All-zeroes is a valid value of these plain C structs (null pointers, zero
+        // counts and opcodes); every used field is set before posting.
+        let wrs = unsafe { core::mem::zeroed() };
+        Self {
+            pd: PdKey::of(pd),
+            wrs,
+            lists: [List::Fixed; MAX_OPS],
+            first: [0; MAX_OPS],
+            count: [0; MAX_OPS],
+            sges: [bindings::ib_sge::default(); MAX_SGE],
+            used: 0,
+            n: 0,
+            inline_len: [0; MAX_OPS],
+            ud_ops: 0,
+            _p: PhantomData,
+        }
+    }
+
+    /// Starts operation `opcode`, whose list is of kind `list`.
+    fn push(&mut self, opcode: bindings::ib_wr_opcode, list: List) -> Result<&mut RawSendWr> {
+        let i = self.n;
+        if i >= MAX_OPS {
+            return Err(EINVAL);
+        }
+        self.n += 1;
+        self.lists[i] = list;
+        self.first[i] = self.used;
+        self.count[i] = 0;
+        let wr = &mut self.wrs[i];
+        wr.send.opcode = opcode;
+        Ok(wr)
+    }
+
+    /// Adds `range` of `mem` to the list of the last operation.
+    fn add<M: Mapped + ?Sized>(&mut self, mem: &M, range: Range<usize>) -> Result {
+        let i = self.n.checked_sub(1).ok_or(EINVAL)?;
+        let added = add_sges(mem, range, self.pd, &mut self.sges, &mut self.used)?;
+        self.count[i] += added;
+        Ok(())
+    }
+
+    /// Starts an operation whose list gathers `range` of `src`.
+    fn gathering<M: Gather + ?Sized>(
+        &mut self,
+        opcode: bindings::ib_wr_opcode,
+        src: &'a M,
+        range: Range<usize>,
+    ) -> Result<&mut RawSendWr> {
+        self.push(opcode, List::Gather)?;
+        self.add(src, range)?;
+        Ok(&mut self.wrs[self.n - 1])
+    }
+
+    /// SEND `range` of `src`.
+    pub fn send<M: Gather + ?Sized>(
+        &mut self,
+        src: &'a M,
+        range: Range<usize>,
+    ) -> Result<&mut Self> {
+        self.gathering(bindings::ib_wr_opcode_IB_WR_SEND, src, range)?;
+        Ok(self)
+    }
+
+    /// SEND `range` of `src` with 32 bits of immediate data, delivered in the receiver's
+    /// [`Wc::imm_data`](crate::rdma::cq::Wc::imm_data).
+    pub fn send_imm<M: Gather + ?Sized>(
+        &mut self,
+        src: &'a M,
+        range: Range<usize>,
+        imm: u32,
+    ) -> Result<&mut Self> {
+        let wr = self.gathering(bindings::ib_wr_opcode_IB_WR_SEND_WITH_IMM, src, range)?;
+        wr.send.ex.imm_data = imm.to_be();
+        Ok(self)
+    }
+
+    /// Adds `range` of `mem` to the list of the last operation, which must be of kind `list`.
+    fn extend<M: Mapped + ?Sized>(
+        &mut self,
+        list: List,
+        mem: &M,
+        range: Range<usize>,
+    ) -> Result<&mut Self> {
+        if self.n == 0 || self.lists[self.n - 1] != list {
+            return Err(EINVAL);
+        }
+        self.add(mem, range)?;
+        Ok(self)
+    }
+
+    /// Adds `range` of `src` to the memory the last operation (a SEND, RDMA WRITE or UD SEND)
+    /// sends: one message from several pieces. `EINVAL` after any other operation.
+    pub fn gather<M: Gather + ?Sized>(
+        &mut self,
+        src: &'a M,
+        range: Range<usize>,
+    ) -> Result<&mut Self> {
+        self.extend(List::Gather, src, range)
+    }
+
+    /// Adds `range` of `dst` to the memory the last operation (an RDMA READ) reads into.
+    /// `EINVAL` after any other operation.
+    pub fn scatter<M: Scatter + ?Sized>(
+        &mut self,
+        dst: &'a mut M,
+        range: Range<usize>,
+    ) -> Result<&mut Self> {
+        self.extend(List::Scatter, &*dst, range)
+    }
+
+    /// SEND `range` of `buf` inline: the driver copies the bytes at post time. The length must
+    /// not exceed the QP's `max_inline` (checked when posting, `EINVAL`).
+    pub fn send_inline<D: DeviceReads>(
+        &mut self,
+        buf: &'a DmaBuf<D>,
+        range: Range<usize>,
+    ) -> Result<&mut Self> {
+        self.pd.check(buf.pd())?;
+        let (addr, length) = buf.inline_piece(range)?;
+        let slot = self.used;
+        if slot >= MAX_SGE {
+            return Err(EINVAL);
+        }
+        let i = self.n;
+        let lkey = self.pd.lkey;
+        let wr = self.push(bindings::ib_wr_opcode_IB_WR_SEND, List::Fixed)?;
+        // SAFETY: `send` is the common prefix of every variant.
+        unsafe { wr.send.send_flags |= bindings::ib_send_flags_IB_SEND_INLINE };
+        self.sges[slot] = bindings::ib_sge { addr, length, lkey };
+        self.used += 1;
+        self.count[i] = 1;
+        self.inline_len[i] = length;
+        Ok(self)
+    }
+
+    /// UD: SEND `range` of `src` to QP `qpn` (with `qkey`) at the address `ah`, which must be
+    /// on the QP's PD.
+    pub fn send_ud<M: Gather + ?Sized>(
+        &mut self,
+        src: &'a M,
+        range: Range<usize>,
+        ah: &'a Ah,
+        qpn: u32,
+        qkey: u32,
+    ) -> Result<&mut Self> {
+        self.ud(bindings::ib_wr_opcode_IB_WR_SEND, src, range, ah, qpn, qkey)?;
+        Ok(self)
+    }
+
+    /// UD: [`SendOps::send_ud`] with 32 bits of immediate data, delivered in the receiver's
+    /// [`Wc::imm_data`](crate::rdma::cq::Wc::imm_data).
+    pub fn send_ud_imm<M: Gather + ?Sized>(
+        &mut self,
+        src: &'a M,
+        range: Range<usize>,
+        ah: &'a Ah,
+        qpn: u32,
+        qkey: u32,
+        imm: u32,
+    ) -> Result<&mut Self> {
+        let wr = self.ud(
+            bindings::ib_wr_opcode_IB_WR_SEND_WITH_IMM,
+            src,
+            range,
+            ah,
+            qpn,
+            qkey,
+        )?;
+        wr.send.ex.imm_data = imm.to_be();
+        Ok(self)
+    }
+
+    fn ud<M: Gather + ?Sized>(
+        &mut self,
+        op: bindings::ib_wr_opcode,
+        src: &'a M,
+        range: Range<usize>,
+        ah: &'a Ah,
+        qpn: u32,
+        qkey: u32,
+    ) -> Result<&mut RawSendWr> {
+        self.pd.check(ah.pd())?;
+        let wr = self.gathering(op, src, range)?;
+        wr.ud.ah = ah.as_raw();
+        wr.ud.remote_qpn = qpn;
+        wr.ud.remote_qkey = qkey;
+        self.ud_ops += 1;
+        Ok(&mut self.wrs[self.n - 1])
+    }
+
+    /// RDMA WRITE `range` of `src` to `remote`.
+    pub fn write<M: Gather + ?Sized>(
+        &mut self,
+        src: &'a M,
+        range: Range<usize>,
+        remote: Remote,
+    ) -> Result<&mut Self> {
+        let wr = self.gathering(bindings::ib_wr_opcode_IB_WR_RDMA_WRITE, src, range)?;
+        set_remote(wr, remote);
+        Ok(self)
+    }
+
+    /// RDMA WRITE `range` of `src` to `remote`, then consume a receive at the peer, whose
+    /// completion carries `imm`.
+    pub fn write_imm<M: Gather + ?Sized>(
+        &mut self,
+        src: &'a M,
+        range: Range<usize>,
+        remote: Remote,
+        imm: u32,
+    ) -> Result<&mut Self> {
+        let wr = self.gathering(bindings::ib_wr_opcode_IB_WR_RDMA_WRITE_WITH_IMM, src, range)?;
+        set_remote(wr, remote);
+        wr.send.ex.imm_data = imm.to_be();
+        Ok(self)
+    }
+
+    /// RDMA READ from `remote` into `range` of `dst`, which the request alone may reach until it
+    /// completes.
+    pub fn read<M: Scatter + ?Sized>(
+        &mut self,
+        dst: &'a mut M,
+        range: Range<usize>,
+        remote: Remote,
+    ) -> Result<&mut Self> {
+        self.push(bindings::ib_wr_opcode_IB_WR_RDMA_READ, List::Scatter)?;
+        self.add(&*dst, range)?;
+        set_remote(&mut self.wrs[self.n - 1], remote);
+        Ok(self)
+    }
+
+    fn atomic<M: Scatter + ?Sized>(
+        &mut self,
+        op: bindings::ib_wr_opcode,
+        result: &'a mut M,
+        offset: usize,
+        remote: Remote,
+        add_or_cmp: u64,
+        swap: u64,
+    ) -> Result<&mut Self> {
+        if remote.addr % 8 != 0 || offset % 8 != 0 {
+            return Err(EINVAL);
+        }
+        let end = offset.checked_add(8).ok_or(EINVAL)?;
+        self.push(op, List::Fixed)?;
+        self.add(&*result, offset..end)?;
+        let wr = &mut self.wrs[self.n - 1];
+        wr.atomic.remote_addr = remote.addr;
+        wr.atomic.rkey = remote.rkey;
+        wr.atomic.compare_add = add_or_cmp;
+        wr.atomic.swap = swap;
+        Ok(self)
+    }
+
+    /// Atomic compare-and-swap of the 8 aligned bytes at `remote`: if they equal `compare`
+    /// they become `swap`. Their previous value lands in `result[offset..offset + 8]`, in the
+    /// byte order of the responder's memory (host order between hosts of one endianness).
+    pub fn compare_swap<M: Scatter + ?Sized>(
+        &mut self,
+        result: &'a mut M,
+        offset: usize,
+        remote: Remote,
+        compare: u64,
+        swap: u64,
+    ) -> Result<&mut Self> {
+        self.atomic(
+            bindings::ib_wr_opcode_IB_WR_ATOMIC_CMP_AND_SWP,
+            result,
+            offset,
+            remote,
+            compare,
+            swap,
+        )
+    }
+
+    /// Atomic fetch-and-add of `add` to the 8 aligned bytes at `remote`; their previous value
+    /// lands in `result[offset..offset + 8]`.
+    pub fn fetch_add<M: Scatter + ?Sized>(
+        &mut self,
+        result: &'a mut M,
+        offset: usize,
+        remote: Remote,
+        add: u64,
+    ) -> Result<&mut Self> {
+        self.atomic(
+            bindings::ib_wr_opcode_IB_WR_ATOMIC_FETCH_AND_ADD,
+            result,
+            offset,
+            remote,
+            add,
+            0,
+        )
+    }
+
+    /// Invalidate `rkey` locally: remote access with it fails from now on.
+    pub fn local_inv(&mut self, rkey: u32) -> Result<&mut Self> {
+        let wr = self.push(bindings::ib_wr_opcode_IB_WR_LOCAL_INV, List::Fixed)?;
+        wr.send.ex.invalidate_rkey = rkey;
+        Ok(self)
+    }
+
+    /// Registers `mr` (mapped with [`Mr::map`] or [`Mr::map_sg`]; `EINVAL` if not, or if it is
+    /// on another PD than the QP's) for `access` under its current keys (`IB_WR_REG_MR`). Local
+    /// write access is always included: the device needs it for remote writes.
+    pub fn reg_mr(&mut self, mr: &'a Mr, access: Access) -> Result<&mut Self> {
+        if !mr.is_mapped() {
+            return Err(EINVAL);
+        }
+        self.pd.check(mr.pd())?;
+        let wr = self.push(bindings::ib_wr_opcode_IB_WR_REG_MR, List::Fixed)?;
+        wr.reg.mr = mr.as_raw();
+        wr.reg.key = mr.rkey();
+        wr.reg.access = (access | Access::LOCAL_WRITE).bits() as i32;
+        Ok(self)
+    }
+
+    fn flag(&mut self, set: i32, clear: i32) -> &mut Self {
+        if let Some(wr) = self.n.checked_sub(1).map(|i| &mut self.wrs[i]) {
+            // SAFETY: `send` is the common prefix of every variant.
+            unsafe {
+                wr.send.send_flags = (wr.send.send_flags | set) & !clear;
+            }
+        }
+        self
+    }
+
+    /// Marks the last operation added as not generating a completion on success (all but the
+    /// last operation of a request are unsignaled anyway; the last is always signaled).
+    pub fn unsignaled(&mut self) -> &mut Self {
+        self.flag(0, bindings::ib_send_flags_IB_SEND_SIGNALED)
+    }
+
+    /// Makes the last operation added wait for earlier RDMA READs and atomics to complete.
+    pub fn fence(&mut self) -> &mut Self {
+        self.flag(bindings::ib_send_flags_IB_SEND_FENCE, 0)
+    }
+
+    /// Asks the receiver's CQ to raise a solicited event for the last operation added.
+    pub fn solicited(&mut self) -> &mut Self {
+        self.flag(bindings::ib_send_flags_IB_SEND_SOLICITED, 0)
+    }
+
+    /// The number of operations.
+    pub(crate) fn len(&self) -> usize {
+        self.n
+    }
+
+    /// `EINVAL` unless the operations fit `qp`: at least one, inline sends within its
+    /// `max_inline`, lists within its `send_sge`, UD sends on UD and RDMA or atomics on RC only.
+    pub(crate) fn check(&self, qp: &QpInner) -> Result {
+        let n = self.n;
+        let ud = qp.qp_type == QpType::Ud;
+        let fits = n > 0
+            && self.inline_len[..n]
+                .iter()
+                .all(|&l| l <= qp.caps.max_inline)
+            && self.count[..n]
+                .iter()
+                .all(|&c| c <= qp.caps.send_sge as usize)
+            && if ud {
+                self.ud_ops == n
+            } else {
+                self.ud_ops == 0
+            };
+        if fits {
+            Ok(())
+        } else {
+            Err(EINVAL)
+        }
+    }
+
+    /// Links the operations into a list whose last entry carries `cqe`; returns its head.
+    ///
+    /// `self` must not move until the list has been posted.
+    pub(crate) fn link(&mut self, cqe: *mut bindings::ib_cqe) -> *const bindings::ib_send_wr {
+        let n = self.n;
+        let base = self.sges.as_mut_ptr();
+        for i in 0..n {
+            let next: *mut bindings::ib_send_wr = if i + 1 < n {
+                &raw mut self.wrs[i + 1].send
+            } else {
+                core::ptr::null_mut()
+            };
+            let sge = if self.count[i] > 0 {
+                base.wrapping_add(self.first[i])
+            } else {
+                core::ptr::null_mut()
+            };
+            // SAFETY: `send` is the common prefix of every variant.
+            let wr = unsafe { &mut self.wrs[i].send };
+            wr.next = next;
+            wr.sg_list = sge;
+            wr.num_sge = self.count[i] as i32;
+            let signaled = bindings::ib_send_flags_IB_SEND_SIGNALED;
+            if i + 1 == n {
+                wr.__bindgen_anon_1.wr_cqe = cqe;
+                wr.send_flags |= signaled;
+            } else {
+                // Unsignaled operations report only errors, which the core drops for a null
+                // `wr_cqe`; the request completes through its last operation.
+                wr.__bindgen_anon_1.wr_cqe = core::ptr::null_mut();
+                wr.send_flags &= !signaled;
+            }
+        }
+        &raw const self.wrs[0].send
+    }
+}
+
+/// Sets the remote address of an RDMA operation.
+fn set_remote(wr: &mut RawSendWr, remote: Remote) {
+    wr.rdma.remote_addr = remote.addr;
+    wr.rdma.rkey = remote.rkey;
+}

@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! expect: E0308
+//!
+//! A receive target must be lent to the request exclusively (`&mut`): a buffer shared through
+//! an `Arc` could be read by its other holders while the device writes it.
+
+use kernel::prelude::*;
+use kernel::rdma::{
+    cq::Wc,
+    dma::DmaBuf,
+    qp::{Qp, Rts},
+    wr::{Completion, Wr},
+};
+use kernel::sync::Arc;
+
+module! {
+    type: Case,
+    name: "recv_shared",
+    author: "rdma-rust developers",
+    description: "must not compile",
+    license: "GPL",
+}
+
+struct Case;
+
+impl kernel::Module for Case {
+    fn init(_module: &'static ThisModule) -> Result<Self> {
+        Ok(Case)
+    }
+}
+
+struct Rx {
+    buf: Arc<DmaBuf>,
+}
+
+impl Completion for Rx {
+    fn done(_wr: Wr<Self>, _wc: &Wc) {}
+}
+
+#[expect(dead_code)]
+fn post(qp: &Qp<Rts>, rx: Rx) -> Result {
+    qp.post_recv(Wr::new(rx, GFP_KERNEL)?, |r, ops| {
+        ops.buf(&*r.buf, 0..64)?;
+        Ok(())
+    })?;
+    Ok(())
+}

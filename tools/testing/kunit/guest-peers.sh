@@ -1,0 +1,227 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0
+#
+# The two-guest topology: peer-a and peer-b, two RoCE hosts joined by a QEMU
+# socket network (rping, the ULP between the guests, over rdma_cm too).
+# Sourced by guest-init.sh (the VM's /init), whose helpers it uses.
+
+# Two guests on the 10.88.0.0/24 network of a QEMU socket backend.
+setup_peer() {
+	ip link set lo up
+	ip addr add "$1/24" dev eth0
+	ip link set eth0 up
+	load_rxe && add_rxe rxe0 eth0
+}
+
+# --- rdma_rust_ulp between the two guests: b runs the servers, a the clients;
+# endpoints (QPN:GID:PSN) travel over TCP with nc.
+ULP_PEER_COUNT=100
+# nc_send HOST PORT TEXT: hand TEXT to the listener on HOST:PORT (retried for 120 s)
+nc_send() {
+	local i
+	for i in $(seq 1 240); do
+		echo "$3" | timeout 10 nc "$1" "$2" 2>/dev/null && return 0
+		sleep 0.5
+	done
+	return 1
+}
+# nc_recv PORT: what one sender hands to PORT (waits up to 180 s)
+nc_recv() { timeout 180 nc -l -p "$1" < /dev/null; }
+# ulp_server_clean ID COUNT: a server run received COUNT messages, all intact
+ulp_server_clean() {
+	ulp_row "$1"
+	[ "$(ulp_stat "$1" state)" = done ] && [ "$(ulp_stat "$1" received)" = "$2" ] &&
+		[ "$(ulp_stat "$1" errors)" = 0 ] && [ "$(ulp_stat "$1" lost)" = 0 ] &&
+		[ "$(ulp_stat "$1" dup)" = 0 ] && [ "$(ulp_stat "$1" corrupt)" = 0 ]
+}
+
+ulp_peer_rc_client() {
+	local eb ea id n=$ULP_PEER_COUNT
+	eb=$(nc_recv 5001); [ -n "$eb" ] || { echo "no endpoint from the server"; return 1; }
+	echo "server endpoint $eb"
+	ulp_ctl start role=client dev=rxe0 mode=rc op=send size=4096 count=$n peer="$eb" hold=1 || return 1
+	id=$(ulp_last_id); ea=$(ulp_endpoint "$id")
+	nc_send 10.88.0.2 5002 "$ea" || { echo "the server did not take our endpoint"; return 1; }
+	[ "$(nc_recv 5003)" = ready ] || { echo "the server did not connect"; return 1; }
+	ulp_ctl go id="$id" && ulp_ctl wait id="$id" || return 1
+	ulp_clean "$id" "$n" 0
+}
+
+ulp_peer_ud_client() {
+	local eb id n=$ULP_PEER_COUNT
+	eb=$(nc_recv 5004); [ -n "$eb" ] || { echo "no endpoint from the server"; return 1; }
+	ulp_ctl start role=client dev=rxe0 mode=ud op=send size=1024 count=$n peer="$eb" wait=1 || return 1
+	id=$(ulp_last_id)
+	nc_send 10.88.0.2 5005 done
+	ulp_clean "$id" "$n" 0
+}
+
+ulp_peer_rc_server() {
+	local eb ea id n=$ULP_PEER_COUNT
+	ulp_ctl start role=server dev=rxe0 mode=rc op=send size=4096 count=$n || return 1
+	id=$(ulp_last_id); eb=$(ulp_endpoint "$id")
+	nc_send 10.88.0.1 5001 "$eb" || { echo "the client did not take our endpoint"; return 1; }
+	ea=$(nc_recv 5002); [ -n "$ea" ] || { echo "no endpoint from the client"; return 1; }
+	echo "client endpoint $ea"
+	ulp_ctl connect id="$id" peer="$ea" || return 1
+	nc_send 10.88.0.1 5003 ready || return 1
+	ulp_ctl wait id="$id" || return 1
+	ulp_server_clean "$id" "$n"
+}
+
+# UD may drop datagrams: what did not arrive is counted, not hidden.
+ulp_peer_ud_server() {
+	local eb id got n=$ULP_PEER_COUNT
+	ulp_ctl start role=server dev=rxe0 mode=ud op=send size=1024 count=$n || return 1
+	id=$(ulp_last_id); eb=$(ulp_endpoint "$id")
+	nc_send 10.88.0.1 5004 "$eb" || { echo "the client did not take our endpoint"; return 1; }
+	[ "$(nc_recv 5005)" = done ] || { echo "the client did not finish"; return 1; }
+	wait_for 10 ulp_has "$id" received "$n"
+	got=$(ulp_stat "$id" received)
+	[ "$got" = "$n" ] || ulp_ctl stop id="$id"
+	ulp_row "$id"
+	echo "UD between the guests: $got of $n datagrams arrived"
+	kmsg "rdmatest: ULP UD between the guests: $got of $n datagrams arrived"
+	[ "$got" -gt 0 ] && [ "$(ulp_stat "$id" corrupt)" = 0 ] &&
+		[ "$(ulp_stat "$id" dup)" = 0 ] && [ "$(ulp_stat "$id" errors)" = 0 ]
+}
+
+# --- rdma_rust_ulp over rdma_cm between the guests (peer-a 10.88.0.1, peer-b
+# 10.88.0.2); a client retries until its server listens. Cross-guest round
+# trips take ~0.2 s under TCG, so these use the peers' count (100), not 1000.
+# a: rping -c to b's ULP server (both sizes); b: the server's side.
+cm_peer_b_serve_rping() {
+	local id n=$count
+	ulp_ctl start cm=server addr=10.88.0.2 port=7301 count=$((2 * n)) || return 1
+	id=$(ulp_last_id)
+	ulp_ctl wait id="$id" || { ulp_row "$id"; ulp_ctl stop id="$id"; return 1; }
+	ulp_clean "$id" $((2 * n)) 1
+}
+cm_peer_a_rping_to_ulp() { rping_to 10.88.0.2 7301 "$count" 64 && rping_to 10.88.0.2 7301 "$count" 4096; }
+# a: `rping -s` for b's ULP client; b: the ULP client, validating each round trip.
+cm_peer_a_rping_serves() {
+	timeout 300 rping -s -a 10.88.0.1 -p 7302 -V > /tmp/rping-srv 2>&1
+	rc=$?
+	rping_log /tmp/rping-srv "rping -s -a 10.88.0.1 -p 7302 -V (exit $rc)"
+	[ $rc = 0 ]
+}
+cm_peer_b_ulp_to_rping() {
+	ulp_cm_start cm=client addr=10.88.0.1 port=7302 size=64 count="$count" wait=1 || return 1
+	ulp_clean "$(ulp_last_id)" "$count" 0
+}
+# ULP to ULP, RC (a serves) and UD (b serves).
+cm_peer_a_rc_server() {
+	local id
+	ulp_ctl start cm=server addr=10.88.0.1 port=7303 size=4096 count="$count" || return 1
+	id=$(ulp_last_id)
+	ulp_ctl wait id="$id" || { ulp_row "$id"; ulp_ctl stop id="$id"; return 1; }
+	ulp_clean "$id" "$count" 1
+}
+cm_peer_b_rc_client() {
+	ulp_cm_start cm=client addr=10.88.0.1 port=7303 size=4096 count="$count" wait=1 || return 1
+	ulp_clean "$(ulp_last_id)" "$count" 0
+}
+cm_peer_b_ud_server() {
+	local id got
+	ulp_ctl start cm=server mode=ud addr=10.88.0.2 port=7304 size=1024 count="$count" || return 1
+	id=$(ulp_last_id)
+	[ "$(nc_recv 5006)" = done ] || { ulp_ctl stop id="$id"; echo "the client did not finish"; return 1; }
+	wait_for 10 ulp_has "$id" received "$count" || ulp_ctl stop id="$id"
+	ulp_ctl wait id="$id"
+	got=$(ulp_stat "$id" received)
+	ulp_row "$id"
+	kmsg "rdmatest: ULP UD over rdma_cm between the guests: $got of $count datagrams arrived"
+	[ "$got" -gt 0 ] && [ "$(ulp_stat "$id" corrupt)" = 0 ] &&
+		[ "$(ulp_stat "$id" dup)" = 0 ] && [ "$(ulp_stat "$id" errors)" = 0 ]
+}
+cm_peer_a_ud_client() {
+	local id
+	ulp_cm_start cm=client mode=ud addr=10.88.0.2 port=7304 size=1024 count="$count" wait=1 || return 1
+	id=$(ulp_last_id)
+	nc_send 10.88.0.2 5006 done
+	[ "$(ulp_stat "$id" messages)" = "$count" ] && [ "$(ulp_stat "$id" errors)" = 0 ]
+}
+# b deletes its device under a connection to a's server: b's run is stopped
+# and freed by remove(); a's server sees the disconnect and frees the
+# connection; neither hangs.
+cm_peer_a_link_delete_server() {
+	local id
+	mark
+	ulp_ctl start cm=server addr=10.88.0.1 port=7305 size=4096 || return 1
+	id=$(ulp_last_id)
+	wait_for 240 since_mark_has "run $id: 10.88.0.2:[0-9]* disconnected after" ||
+		{ ulp_row "$id"; since_mark; ulp_ctl stop id="$id"; echo "no disconnect seen"; return 1; }
+	ulp_row "$id"
+	[ "$(ulp_stat "$id" messages)" -gt 0 ] && [ "$(ulp_stat "$id" errors)" = 0 ] &&
+		ulp_ctl stop id="$id"
+}
+cm_peer_b_link_delete_client() {
+	local id t0
+	ulp_cm_start cm=client addr=10.88.0.1 port=7305 size=4096 count=1000000000 || return 1
+	id=$(ulp_last_id)
+	wait_for 60 ulp_above "$id" messages 2 ||
+		{ ulp_row "$id"; echo "no round trips"; return 1; }
+	mark
+	t0=$(uptime_ms)
+	timeout 60 rdma link delete rxe0 || { echo "rdma link delete failed"; return 1; }
+	echo "rdma link delete took $(( $(uptime_ms) - t0 )) ms"
+	since_mark | grep -q "rdma_rust_ulp: rxe0: detached (1 runs stopped)" || { since_mark; return 1; }
+}
+
+mode_peer_a() {
+	suite_begin rdma_peer_a
+	check rxe0_on_eth0 setup_peer 10.88.0.1
+	check ping_peer wait_for 60 ping -c 1 -W 1 10.88.0.2
+	# One connection: the client's run; -V verifies every payload.
+	check rping_server timeout 240 rping -s -a 10.88.0.1 -C "$count" -S "$size" -V
+	kmsg "rdmatest: peer-a rxe0 counters: $(counters rxe0)"
+	check ulp_insmod insmod /lib/modules/extra/rdma_rust_ulp.ko
+	check ulp_rc_client_to_peer ulp_peer_rc_client
+	check ulp_ud_client_to_peer ulp_peer_ud_client
+	check cm_rping_client_to_peer_ulp_server cm_peer_a_rping_to_ulp
+	check cm_rping_server_for_peer_ulp_client cm_peer_a_rping_serves
+	check cm_ulp_rc_server_for_peer cm_peer_a_rc_server
+	check cm_ulp_ud_client_to_peer cm_peer_a_ud_client
+	check cm_peer_link_delete_seen cm_peer_a_link_delete_server
+	cat $ULP/stats | while IFS= read -r l; do kmsg "rdmatest: peer-a: $l"; done
+	check ulp_rmmod timeout 30 rmmod rdma_rust_ulp
+	suite_end
+}
+
+mode_peer_b() {
+	suite_begin rdma_peer_b
+	check rxe0_on_eth0 setup_peer 10.88.0.2
+	check ping_peer wait_for 60 ping -c 1 -W 1 10.88.0.1
+	ping -c 20 -i 0.05 10.88.0.1 | tail -n 1 > /tmp/ping
+	# The server may not be listening yet: retry while the connection is refused.
+	start=$(uptime_ms)
+	ok=0
+	for _ in $(seq 1 30); do
+		if timeout 240 rping -c -a 10.88.0.1 -C "$count" -S "$size" -V > /tmp/rping 2>&1; then
+			ok=1; break
+		fi
+		grep -q -i 'reject\|refused\|unreachable\|connect error' /tmp/rping || break
+		sleep 1; start=$(uptime_ms)
+	done
+	ms=$(( $(uptime_ms) - start ))
+	if [ $ok = 1 ]; then
+		case_ok "rping_${size}B_x${count}"
+	else
+		set -- "rping client failed:"
+		while IFS= read -r l; do set -- "$@" "$l"; done < /tmp/rping
+		case_fail "rping_${size}B_x${count}" "$@"
+	fi
+	kmsg "rdmatest: peer-b rxe0 counters: $(counters rxe0)"
+	kmsg "rdmatest: rping $count x $size B to the peer took $ms ms ($(( ms * 1000 / count )) us per round trip); ping: $(cat /tmp/ping)"
+	check ulp_insmod insmod /lib/modules/extra/rdma_rust_ulp.ko
+	check ulp_rc_server_from_peer ulp_peer_rc_server
+	check ulp_ud_server_from_peer ulp_peer_ud_server
+	check cm_ulp_server_for_peer_rping cm_peer_b_serve_rping
+	check cm_ulp_client_to_peer_rping_server cm_peer_b_ulp_to_rping
+	check cm_ulp_rc_client_to_peer cm_peer_b_rc_client
+	check cm_ulp_ud_server_for_peer cm_peer_b_ud_server
+	check cm_link_delete_under_connection cm_peer_b_link_delete_client
+	cat $ULP/stats | while IFS= read -r l; do kmsg "rdmatest: peer-b: $l"; done
+	check ulp_rmmod timeout 30 rmmod rdma_rust_ulp
+	suite_end
+}

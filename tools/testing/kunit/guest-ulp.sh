@@ -1,0 +1,354 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0
+#
+# rdma_rust_ulp's checks in one guest: its control interface, its traffic and
+# its runs over rdma_cm.
+# Sourced by guest-init.sh (the VM's /init), whose helpers it uses.
+
+# --- rdma_rust_ulp's control interface ----------------------------------------
+ULP=/sys/kernel/debug/rdma_rust_ulp
+ulp_ctl() { echo "$*" > $ULP/ctl; }
+# ulp_stat ID COLUMN: one cell of the stats table (columns by header name)
+ulp_stat() {
+	awk -v id="$1" -v col="$2" \
+		'NR == 1 { for (i = 1; i <= NF; i++) h[$i] = i; next } $1 == id { print $(h[col]) }' \
+		$ULP/stats
+}
+ulp_last_id() { awk 'NR > 1 && $1 ~ /^[0-9]+$/ && $1 + 0 > m { m = $1 + 0 } END { print m + 0 }' $ULP/stats; }
+# ulp_endpoint ID: this host's QP of a server or client run, as peer= takes it
+ulp_endpoint() { awk -v id="$1" '$1 == "endpoint" && $2 == id { print $5 }' $ULP/stats; }
+ulp_row() { awk -v id="$1" 'NR == 1 || $1 == id' $ULP/stats; }
+# ulp_clean ID COUNT RECV: run ID is done and moved COUNT messages with no error,
+# loss, duplicate or corruption (and received them all if RECV is 1)
+ulp_clean() {
+	ulp_row "$1"
+	[ "$(ulp_stat "$1" state)" = done ] || { echo "run $1 not done"; return 1; }
+	[ "$(ulp_stat "$1" messages)" = "$2" ] || { echo "run $1: messages != $2"; return 1; }
+	local col
+	for col in errors lost dup corrupt; do
+		[ "$(ulp_stat "$1" $col)" = 0 ] || { echo "run $1: $col != 0"; return 1; }
+	done
+	[ "$3" = 0 ] || [ "$(ulp_stat "$1" received)" = "$2" ] ||
+		{ echo "run $1: received != $2"; return 1; }
+}
+# ulp_run COUNT RECV KEY=VALUE...: a run to its end (wait=1), then ulp_clean
+ulp_run() {
+	n=$1; r=$2; shift 2
+	ulp_ctl start "$@" count="$n" wait=1 || { echo "start $* failed"; return 1; }
+	ulp_clean "$(ulp_last_id)" "$n" "$r"
+}
+
+# bad_ctl: every malformed or out-of-range control string is refused with an
+# error (EINVAL, or ENODEV for a missing device), logs why, and starts nothing.
+bad_ctl() {
+	rows=$(wc -l < $ULP/stats)
+	bad=0
+	for c in "bogus" "start" "start dev=nosuch" "start dev=rxe0 mode=xx" \
+		"start dev=rxe0 size=0" "start dev=rxe0 size=abc" "start dev=rxe0 size=8m" \
+		"start dev=rxe0 depth=0" "start dev=rxe0 depth=5000" "start dev=rxe0 count=0" \
+		"start dev=rxe0 count=99999999999" "start dev=rxe0 validate=2" \
+		"start dev=rxe0 frob=1" "start dev=rxe0 size" "start dev=rxe0 poll=irq" \
+		"start dev=rxe0 mode=ud size=4096" "start dev=rxe0 mode=ud op=write" \
+		"start dev=rxe0 op=write size=65536 depth=64" "start dev=rxe0 size=4 validate=1" \
+		"stop" "stop id=999" "stop id=x" "wait id=999 extra" "clear now"; do
+		mark
+		if ulp_ctl "$c" 2> /tmp/err; then
+			echo "accepted: '$c'"; bad=1
+		elif ! since_mark | grep -q 'rdma_rust_ulp: '; then
+			echo "refused without a message: '$c'"; bad=1
+		fi
+	done
+	[ "$(wc -l < $ULP/stats)" = "$rows" ] || { echo "a refused command started a run"; bad=1; }
+	return $bad
+}
+
+# The RDMA objects of each device (a re-added device gets a new index).
+rdma_resources() { rdma resource show | sed 's/^[0-9]*: //' | sort; }
+resources_same_as() { rdma_resources | cmp -s - "$1"; }
+resources_same() { resources_same_as /tmp/res-before; }
+# (User-space peers such as rping give their objects back as their files close:
+# allow a few seconds.)
+resources_as_before() {
+	wait_for 10 resources_same && return 0
+	rdma_resources > /tmp/res-after
+	diff /tmp/res-before /tmp/res-after
+	rdma resource show cm_id; rdma resource show pd; rdma resource show cq
+	return 1
+}
+
+# ulp_device_totals: each device's line sums the messages and errors of its rows.
+ulp_device_totals() {
+	awk 'NR == 1 { for (i = 1; i <= NF; i++) h[$i] = i; next }
+		$1 ~ /^[0-9]+$/ { m[$2] += $(h["messages"]); e[$2] += $(h["errors"]); n[$2]++ }
+		$1 == "device" { seen[$2] = 1
+			if ($0 !~ " runs=" n[$2] + 0 " " || $0 !~ " messages=" m[$2] + 0 " " || $0 !~ " errors=" e[$2] + 0 " ") {
+				print "mismatch: " $0; bad = 1 } }
+		END { for (d in n) if (!seen[d]) { print "no device line for " d; bad = 1 }; exit bad }' $ULP/stats
+}
+
+# ulp_stop_mid_run: a long run is stopped part-way and gives everything back.
+ulp_stop_mid_run() {
+	ulp_ctl start mode=rc op=send size=1024 count=1000000000 dev=rxe0 || return 1
+	id=$(ulp_last_id)
+	sleep 2
+	[ "$(ulp_stat "$id" state)" = running ] || { ulp_row "$id"; echo "not running"; return 1; }
+	ulp_ctl stop id="$id" || return 1
+	ulp_row "$id"
+	[ "$(ulp_stat "$id" state)" = done ] && [ "$(ulp_stat "$id" messages)" -gt 0 ] &&
+		[ "$(ulp_stat "$id" errors)" = 0 ] && [ "$(ulp_stat "$id" corrupt)" = 0 ]
+}
+
+# ulp_concurrent: three runs at once on two devices, waited for together.
+ulp_concurrent() {
+	local rc_send rc_write ud_send id running=0
+	ulp_ctl start mode=rc op=send size=4096 count=300 dev=rxe0 || return 1
+	rc_send=$(ulp_last_id)
+	ulp_ctl start mode=rc op=write size=4096 count=300 dev=rxe1 || return 1
+	rc_write=$(ulp_last_id)
+	ulp_ctl start mode=ud op=send size=512 count=300 dev=rxe0 || return 1
+	ud_send=$(ulp_last_id)
+	for id in $rc_send $rc_write $ud_send; do
+		[ "$(ulp_stat "$id" state)" = done ] || running=$((running + 1))
+	done
+	[ $running -ge 2 ] || { echo "only $running runs in flight together"; return 1; }
+	ulp_ctl wait all || return 1
+	ulp_clean "$rc_send" 300 1 && ulp_clean "$rc_write" 300 0 && ulp_ud_ok "$ud_send" 300
+}
+
+# ulp_ud_ok ID COUNT: a UD run: every datagram sent, none corrupt or
+# duplicated, and every one either received or counted as lost.
+ulp_ud_ok() {
+	ulp_row "$1"
+	[ "$(ulp_stat "$1" state)" = done ] && [ "$(ulp_stat "$1" messages)" = "$2" ] &&
+		[ "$(ulp_stat "$1" errors)" = 0 ] && [ "$(ulp_stat "$1" corrupt)" = 0 ] &&
+		[ "$(ulp_stat "$1" dup)" = 0 ] &&
+		[ $(( $(ulp_stat "$1" received) + $(ulp_stat "$1" lost) )) = "$2" ]
+}
+
+# ulp_ud_run COUNT KEY=VALUE...: a UD run to its end, then ulp_ud_ok
+ulp_ud_run() {
+	n=$1; shift
+	ulp_ctl start "$@" count="$n" wait=1 || { echo "start $* failed"; return 1; }
+	ulp_ud_ok "$(ulp_last_id)" "$n"
+}
+# ulp_has ID COLUMN VALUE
+ulp_has() { ulp_row "$1"; [ "$(ulp_stat "$1" "$2")" = "$3" ]; }
+# ulp_above ID COLUMN N: the cell is a number above N
+ulp_above() { [ "$(ulp_stat "$1" "$2")" -gt "$3" ] 2> /dev/null; }
+
+# ulp_link_delete_mid_run: deleting a device under a run stops and frees the
+# run from remove(), promptly; the device comes back and runs again.
+ulp_link_delete_mid_run() {
+	rdma resource show
+	ulp_ctl start mode=rc op=send size=1024 count=1000000000 dev=rxe1 || return 1
+	id=$(ulp_last_id)
+	sleep 1
+	t0=$(uptime_ms)
+	mark
+	timeout 30 rdma link delete rxe1 || { echo "rdma link delete failed"; return 1; }
+	echo "rdma link delete took $(( $(uptime_ms) - t0 )) ms"
+	since_mark | grep -q "rdma_rust_ulp: rxe1: detached (1 runs stopped)" ||
+		{ echo "no detach message"; return 1; }
+	[ -z "$(ulp_stat "$id" state)" ] || { echo "run $id still listed"; return 1; }
+	add_rxe rxe1 veth1 || { echo "rxe1 did not come back"; return 1; }
+	ulp_run 100 1 mode=rc op=send size=4096 dev=rxe1
+}
+
+# ulp_rmmod_mid_run: unloading the module under runs on both devices.
+ulp_rmmod_mid_run() {
+	ulp_ctl start mode=rc op=write size=4096 count=1000000000 dev=rxe0 || return 1
+	ulp_ctl start mode=ud op=send size=1024 count=1000000000 dev=rxe1 || return 1
+	sleep 1
+	mark
+	timeout 30 rmmod rdma_rust_ulp || { echo "rmmod failed"; return 1; }
+	n=$(since_mark | grep -c 'rdma_rust_ulp: rxe[01]: detached (1 runs stopped)')
+	[ "$n" = 2 ] || { since_mark; echo "$n devices reported a stopped run"; return 1; }
+}
+
+# The ULP's traffic: each op over RC, UD, each poll context, concurrency, bad
+# input, stop, device removal and rmmod under load.
+ulp_traffic() {
+	suite_begin rdma_ulp_traffic
+	m=/lib/modules/extra/rdma_rust_ulp.ko
+	rdma_resources > /tmp/res-before
+	check param_depth_0_refused sh -c "! insmod $m default_depth=0 && dmesg | grep -q 'default_depth=0: must be 1..=1024'"
+	check param_poll_refused sh -c "! insmod $m default_poll=irq && dmesg | grep -q 'default_poll=irq: must be'"
+	check param_max_runs_refused sh -c "! insmod $m max_runs=0 && dmesg | grep -q 'max_runs=0: must be'"
+	check insmod_with_params insmod $m default_depth=8 default_poll=softirq max_runs=8
+	check params_applied dmesg_has "rdma_rust_ulp: loaded (default_depth=8 default_poll=softirq max_runs=8)"
+	check rc_send_4KiB ulp_run 300 1 mode=rc op=send size=4096 dev=rxe0
+	check rc_send_imm_64B ulp_run 500 1 mode=rc op=send_imm size=64 dev=rxe0
+	check rc_write_16KiB ulp_run 100 0 mode=rc op=write size=16384 depth=8 dev=rxe0
+	check rc_read_16KiB ulp_run 100 0 mode=rc op=read size=16384 depth=8 dev=rxe0
+	check rc_send_4KiB_workqueue ulp_run 300 1 mode=rc op=send size=4096 poll=workqueue dev=rxe0
+	check rc_send_4KiB_direct ulp_run 300 1 mode=rc op=send size=4096 poll=direct dev=rxe0
+	check rc_write_workqueue ulp_run 100 0 mode=rc op=write size=4096 poll=workqueue dev=rxe1
+	check rc_read_direct ulp_run 100 0 mode=rc op=read size=4096 poll=direct dev=rxe1
+	check ud_send_1KiB ulp_ud_run 300 mode=ud op=send size=1024 dev=rxe0
+	check ud_send_direct ulp_ud_run 300 mode=ud op=send size=256 poll=direct dev=rxe1
+	check ud_send_imm_512B ulp_ud_run 300 mode=ud op=send_imm size=512 poll=workqueue dev=rxe0
+	check default_depth_used ulp_has 1 depth 8
+	check device_totals ulp_device_totals
+	check concurrent_runs ulp_concurrent
+	check bad_input_refused bad_ctl
+	check stop_mid_run ulp_stop_mid_run
+	check link_delete_mid_run ulp_link_delete_mid_run
+	check rmmod_mid_run ulp_rmmod_mid_run
+	check resources_released resources_as_before
+	suite_end
+}
+
+# --- rdma_rust_ulp over rdma_cm -----------------------------------------------
+# listening ADDR PORT: some rdma_cm id listens on ADDR:PORT
+listening() { rdma resource show cm_id | grep LISTEN | grep -q "src-addr $1:$2 "; }
+# rping_log FILE WHAT: rping's output for the log (first and last lines)
+rping_log() {
+	head -n 2 "$1" | while IFS= read -r l; do kmsg "rdmatest: $2: $l"; done
+	tail -n 2 "$1" | while IFS= read -r l; do kmsg "rdmatest: $2: $l"; done
+}
+# ulp_cm_start KEY=VALUE...: start a CM client, retrying while the server is not
+# listening yet (refused) for up to 120 s
+ulp_cm_start() {
+	local i
+	for i in $(seq 1 120); do
+		mark
+		ulp_ctl start "$@" && return 0
+		since_mark | grep -q 'rejected the connection (reason 8)\|unreachable' || return 1
+		sleep 1
+	done
+	return 1
+}
+# ulp_cm_serve_rping ADDR PORT COUNT SIZE...: the ULP listens on ADDR:PORT, and
+# `rping -c -v -V` pings it COUNT times with each SIZE in turn: rping exits 0 and
+# prints every ping; the server run counts every round trip, all intact.
+ulp_cm_serve_rping() {
+	local a=$1 port=$2 n=$3 id rc size total=0
+	shift 3
+	for size in "$@"; do total=$((total + n)); done
+	ulp_ctl start cm=server addr="$a" port="$port" count="$total" || return 1
+	id=$(ulp_last_id)
+	for size in "$@"; do
+		timeout 300 rping -c -a "$a" -p "$port" -C "$n" -S "$size" -v -V > /tmp/rping-ulp 2> /tmp/rping-ulp.err
+		rc=$?
+		cat /tmp/rping-ulp.err >> /tmp/rping-ulp
+		rping_log /tmp/rping-ulp "rping -c -a $a -p $port -C $n -S $size -v -V (exit $rc)"
+		[ $rc = 0 ] || { tail -n 5 /tmp/rping-ulp; ulp_ctl stop id="$id"; return 1; }
+		# -v prints each ping's data as it came back.
+		[ "$(grep -c 'ping data: rdma-ping-' /tmp/rping-ulp)" = "$n" ] &&
+			grep -q "ping data: rdma-ping-$((n - 1)): " /tmp/rping-ulp ||
+			{ grep -v 'ping data: rdma-ping-' /tmp/rping-ulp | head; echo "rping printed $(grep -c 'ping data: rdma-ping-' /tmp/rping-ulp) of $n pings"; ulp_ctl stop id="$id"; return 1; }
+	done
+	ulp_ctl wait id="$id" || return 1
+	ulp_clean "$id" "$total" 1
+}
+# rping_to ADDR PORT COUNT SIZE: `rping -c -v -V` to a server on another host,
+# retried while it is not listening yet; rping exits 0 and prints every ping.
+rping_to() {
+	local i rc
+	for i in $(seq 1 60); do
+		timeout 300 rping -c -a "$1" -p "$2" -C "$3" -S "$4" -v -V > /tmp/rping-to 2> /tmp/rping-to.err
+		rc=$?
+		[ $rc = 0 ] && break
+		grep -q -i 'reject\|refused\|unreachable\|connect error' /tmp/rping-to.err || break
+		sleep 1
+	done
+	cat /tmp/rping-to.err >> /tmp/rping-to
+	rping_log /tmp/rping-to "rping -c -a $1 -p $2 -C $3 -S $4 -v -V (exit $rc)"
+	[ $rc = 0 ] || { tail -n 5 /tmp/rping-to; return 1; }
+	[ "$(grep -c 'ping data: rdma-ping-' /tmp/rping-to)" = "$3" ] &&
+		grep -q "ping data: rdma-ping-$(($3 - 1)): " /tmp/rping-to
+}
+# ulp_cm_ping_rping ADDR PORT COUNT SIZE: `rping -s -V` listens; the ULP's
+# client pings it COUNT times, validating each round trip; rping exits 0.
+ulp_cm_ping_rping() {
+	local a=$1 port=$2 n=$3 size=$4 id pid rc src
+	rping -s -a "$a" -p "$port" -V > /tmp/rping-srv 2>&1 &
+	pid=$!
+	wait_for 20 listening "$a" "$port" || { kill $pid; echo "rping -s is not listening"; return 1; }
+	ulp_ctl start cm=client addr="$a" port="$port" size="$size" count="$n" wait=1
+	rc=$?
+	id=$(ulp_last_id)
+	wait_for 30 sh -c "! kill -0 $pid 2> /dev/null" || kill $pid
+	wait $pid
+	src=$?
+	rping_log /tmp/rping-srv "rping -s -a $a -p $port -V (exit $src)"
+	[ $rc = 0 ] || { echo "the ULP client failed"; return 1; }
+	ulp_clean "$id" "$n" 0 && [ $src = 0 ]
+}
+# ulp_cm_pair ADDR PORT MODE COUNT SIZE: a ULP server and a ULP client
+ulp_cm_pair() {
+	local a=$1 port=$2 mode=$3 n=$4 size=$5 sid cid
+	ulp_ctl start cm=server mode="$mode" addr="$a" port="$port" count="$n" size="$size" || return 1
+	sid=$(ulp_last_id)
+	ulp_ctl start cm=client mode="$mode" addr="$a" port="$port" count="$n" size="$size" wait=1 ||
+		{ ulp_ctl stop id="$sid"; return 1; }
+	cid=$(ulp_last_id)
+	if [ "$mode" = ud ]; then
+		# UD may drop datagrams: what did not arrive is counted, not hidden.
+		wait_for 10 ulp_has "$sid" received "$n" || ulp_ctl stop id="$sid"
+		ulp_ctl wait id="$sid"
+		ulp_row "$cid"; ulp_row "$sid"
+		kmsg "rdmatest: ULP UD over rdma_cm to $a: $(ulp_stat "$sid" received) of $n datagrams arrived"
+		[ "$(ulp_stat "$cid" messages)" = "$n" ] && [ "$(ulp_stat "$cid" errors)" = 0 ] &&
+			[ "$(ulp_stat "$sid" received)" -gt 0 ] && [ "$(ulp_stat "$sid" corrupt)" = 0 ] &&
+			[ "$(ulp_stat "$sid" dup)" = 0 ] && [ "$(ulp_stat "$sid" errors)" = 0 ]
+	else
+		ulp_ctl wait id="$sid" || return 1
+		ulp_clean "$cid" "$n" 0 && ulp_clean "$sid" "$n" 1
+	fi
+}
+# ulp_cm_refused: no listener on the port: REJECTED, a clean error, no run left
+ulp_cm_refused() {
+	mark
+	! ulp_ctl start cm=client addr=10.77.0.1 port=7299 count=10 || { echo "start succeeded"; return 1; }
+	since_mark | grep -q 'rejected the connection (reason 8)' || { since_mark; return 1; }
+}
+# ulp_cm_unreachable: nobody has the address: the resolution fails, no hang
+ulp_cm_unreachable() {
+	mark
+	! timeout 60 sh -c "echo start cm=client addr=10.77.0.99 port=7299 > $ULP/ctl" || return 1
+	since_mark | grep -q 'cannot resolve 10.77.0.99:7299' || { since_mark; return 1; }
+}
+# ulp_cm_too_big: a server that cannot take the client's buffer rejects it with
+# private data saying what it takes; the client reports it
+ulp_cm_too_big() {
+	local sid
+	ulp_ctl start cm=server addr=10.77.0.1 port=7206 size=1024 || return 1
+	sid=$(ulp_last_id)
+	mark
+	! ulp_ctl start cm=client addr=10.77.0.1 port=7206 size=4096 count=10 || return 1
+	ulp_ctl stop id="$sid"
+	since_mark | grep -q 'rejected the connection: it takes buffers up to 1024 bytes' || { since_mark; return 1; }
+}
+# ulp_cm_link_delete: `rdma link delete` under an established connection (both
+# ends on rxe1): both runs stop and free everything from remove(), promptly.
+ulp_cm_link_delete() {
+	ulp_ctl start cm=server addr=10.77.1.1 port=7207 || return 1
+	ulp_ctl start cm=client addr=10.77.1.1 port=7207 count=1000000000 || return 1
+	id=$(ulp_last_id)
+	sleep 1
+	[ "$(ulp_stat "$id" messages)" -gt 0 ] || { ulp_row "$id"; echo "no pings yet"; return 1; }
+	mark
+	timeout 30 rdma link delete rxe1 || { echo "rdma link delete failed"; return 1; }
+	since_mark | grep -q "rdma_rust_ulp: rxe1: detached (2 runs stopped)" || { since_mark; return 1; }
+	add_rxe rxe1 veth1 || { echo "rxe1 did not come back"; return 1; }
+	ulp_cm_pair 10.77.1.1 7208 rc 50 256
+}
+# The ULP over rdma_cm in one guest: against rping both ways, against itself
+# (RC and UD), refused and unreachable peers, device removal under a connection.
+ulp_cm() {
+	suite_begin rdma_ulp_cm
+	rdma_resources > /tmp/res-before
+	check insmod insmod /lib/modules/extra/rdma_rust_ulp.ko
+	check rping_client_to_ulp_server ulp_cm_serve_rping 10.77.0.1 7201 1000 64 4096
+	check ulp_client_to_rping_server ulp_cm_ping_rping 10.77.0.1 7202 1000 64
+	check ulp_client_to_ulp_server_rc ulp_cm_pair 10.77.0.1 7203 rc 300 4096
+	check ulp_client_to_ulp_server_ud ulp_cm_pair 10.77.0.1 7204 ud 300 1024
+	check no_listener_rejected ulp_cm_refused
+	check no_host_unreachable ulp_cm_unreachable
+	check oversize_rejected_with_reason ulp_cm_too_big
+	check link_delete_under_connection ulp_cm_link_delete
+	check rmmod timeout 30 rmmod rdma_rust_ulp
+	check resources_released resources_as_before
+	suite_end
+}
