@@ -238,13 +238,17 @@ impl Handler for Ev {
                 self.waiter.set_step(Step::Failed(ESHUTDOWN));
                 self.closed(id, removal);
             }
-            Event::TimewaitExit | Event::AddrChange | Event::Other(..) => {}
+            Event::TimewaitExit
+            | Event::AddrChange
+            | Event::MulticastJoin(_)
+            | Event::MulticastError(_)
+            | Event::Other(..) => {}
         }
     }
 }
 
 /// Shows an address in a message (`?` when the id has none).
-struct Show(Option<kernel::rdma::cm::SockAddrV4>);
+struct Show(Option<kernel::rdma::cm::SockAddr>);
 
 impl core::fmt::Display for Show {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {

@@ -23,7 +23,8 @@
 //! `count=N` (messages), `depth=N` (requests in flight), `dev=NAME`,
 //! `poll=softirq|workqueue|direct`, `validate=0|1`, `wait=0|1`,
 //! `role=loopback|server|client`, `peer=QPN:GID:PSN` (client), `hold=0|1` (client),
-//! `cm=server|client`, `addr=A.B.C.D`, `port=N` (CM runs).
+//! `cm=server|client`, `addr=A.B.C.D` or `addr=X:X::X[%SCOPE]` (IPv6; a link-local address
+//! needs its interface index as scope), `port=N` (CM runs).
 //!
 //! A `loopback` run (the default) connects two QPs of the device. A run between two hosts is
 //! a `server` on one (it receives; its endpoint is listed in `stats`) and a `client` on the
@@ -35,7 +36,7 @@
 
 use kernel::prelude::*;
 use kernel::rdma::{
-    cm::SockAddrV4,
+    cm::{SockAddr, SockAddrV4, SockAddrV6},
     cq::PollContext,
     device::Gid,
     qp::{Endpoint, QpType},
@@ -177,7 +178,7 @@ pub(crate) struct Spec {
     /// A run over the connection manager (its role is `role`: server or client).
     pub(crate) cm: bool,
     /// CM runs: the address to listen on (server) or connect to (client).
-    pub(crate) addr: SockAddrV4,
+    pub(crate) addr: SockAddr,
 }
 
 impl Spec {
@@ -329,10 +330,10 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
         peer: None,
         hold: false,
         cm: false,
-        addr: SockAddrV4 {
+        addr: SockAddr::V4(SockAddrV4 {
             ip: [0; 4],
             port: 0,
-        },
+        }),
     };
     let (mut op_given, mut size_given, mut role_given, mut addr_given) =
         (false, false, false, false);
@@ -439,21 +440,21 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
             }
             b"addr" => {
                 addr_given = true;
-                s.addr.ip = parse_ipv4(v).ok_or_else(|| {
+                s.addr = parse_addr(v, s.addr.port()).ok_or_else(|| {
                     bad(format_args!(
-                        "start: addr={} is not an IPv4 address",
+                        "start: addr={} is not an IPv4 or IPv6 address (A.B.C.D, X:X::X[%SCOPE])",
                         Show(v)
                     ))
                 })?;
             }
-            b"port" => s.addr.port = num(1, 65535)? as u16,
+            b"port" => s.addr = with_port(s.addr, num(1, 65535)? as u16),
             _ => return Err(bad(format_args!("start: unknown key '{}'", Show(k)))),
         }
     }
     if s.cm {
         return check_cm(s, op_given, size_given, role_given, addr_given);
     }
-    if addr_given || s.addr.port != 0 || s.op == Op::Ping {
+    if addr_given || s.addr.port() != 0 || s.op == Op::Ping {
         return Err(bad(format_args!(
             "start: addr=, port= and op=ping are for cm= runs"
         )));
@@ -506,7 +507,7 @@ fn check_cm(
     role_given: bool,
     addr_given: bool,
 ) -> Result<Command> {
-    if !addr_given || s.addr.port == 0 {
+    if !addr_given || s.addr.port() == 0 {
         return Err(bad(format_args!("start: cm= needs addr= and port=")));
     }
     if s.dev_len != 0 || role_given || s.peer.is_some() || s.hold {
@@ -548,6 +549,80 @@ fn check_cm(
         }
     }
     Ok(Command::Start(s))
+}
+
+/// `a` with port `port`.
+fn with_port(a: SockAddr, port: u16) -> SockAddr {
+    match a {
+        SockAddr::V4(v) => SockAddr::V4(SockAddrV4 { port, ..v }),
+        SockAddr::V6(v) => SockAddr::V6(SockAddrV6 { port, ..v }),
+    }
+}
+
+/// Parses an IPv4 address, or an IPv6 one with an optional numeric scope (`fe80::1%3`), with
+/// port `port`.
+fn parse_addr(v: &[u8], port: u16) -> Option<SockAddr> {
+    if !v.contains(&b':') {
+        return Some(SockAddr::V4(SockAddrV4 {
+            ip: parse_ipv4(v)?,
+            port,
+        }));
+    }
+    let (ip, scope_id) = match v.iter().position(|&c| c == b'%') {
+        Some(i) => (&v[..i], u32::try_from(parse_num(&v[i + 1..])?).ok()?),
+        None => (v, 0),
+    };
+    Some(SockAddr::V6(SockAddrV6 {
+        ip: parse_ipv6(ip)?,
+        port,
+        scope_id,
+    }))
+}
+
+/// Parses the groups of an IPv6 address, `::` standing for one run of zero groups.
+fn parse_ipv6(v: &[u8]) -> Option<[u8; 16]> {
+    let groups = |s: &[u8], out: &mut [u16; 8]| -> Option<usize> {
+        if s.is_empty() {
+            return Some(0);
+        }
+        let mut n = 0;
+        for g in s.split(|&c| c == b':') {
+            if g.is_empty() || g.len() > 4 || n == 8 {
+                return None;
+            }
+            let mut x = 0u16;
+            for &c in g {
+                x = (x << 4) | u16::from((c as char).to_digit(16)? as u8);
+            }
+            out[n] = x;
+            n += 1;
+        }
+        Some(n)
+    };
+    let (mut head, mut tail) = ([0u16; 8], [0u16; 8]);
+    let (nh, nt) = match v.windows(2).position(|w| w == b"::") {
+        Some(i) => {
+            let (h, t) = (&v[..i], &v[i + 2..]);
+            let (nh, nt) = (groups(h, &mut head)?, groups(t, &mut tail)?);
+            // `::` stands for at least one group.
+            if nh + nt > 7 {
+                return None;
+            }
+            (nh, nt)
+        }
+        None => (groups(v, &mut head)?, 0),
+    };
+    if !v.windows(2).any(|w| w == b"::") && nh != 8 {
+        return None;
+    }
+    let mut all = [0u16; 8];
+    all[..nh].copy_from_slice(&head[..nh]);
+    all[8 - nt..].copy_from_slice(&tail[..nt]);
+    let mut ip = [0u8; 16];
+    for (i, g) in all.iter().enumerate() {
+        ip[2 * i..2 * i + 2].copy_from_slice(&g.to_be_bytes());
+    }
+    Some(ip)
 }
 
 /// Parses a dotted-quad IPv4 address.

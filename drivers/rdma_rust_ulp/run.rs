@@ -259,7 +259,7 @@ impl Run {
         let remote = res
             .target
             .as_ref()
-            .map_or(Remote { addr: 0, rkey: 0 }, |m| m.remote());
+            .map_or(Ok(Remote { addr: 0, rkey: 0 }), |m| m.remote())?;
         let n = u64::from(spec.depth).min(spec.count) as usize;
         let mut txs = KVec::with_capacity(n, GFP_KERNEL)?;
         for slot in 0..n {

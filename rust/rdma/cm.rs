@@ -40,7 +40,7 @@
 use super::{
     ah::Ah,
     cq::Cq,
-    device::Device,
+    device::{Device, Gid},
     owner::watch_unloads,
     pd::Pd,
     qp::{Init, Qp, QpCaps, QpType},
@@ -53,9 +53,12 @@ use crate::{
     sync::Arc,
     types::{ARef, Opaque},
 };
-use core::{cell::Cell, fmt, marker::PhantomData, sync::atomic::Ordering};
+use core::{cell::Cell, marker::PhantomData, sync::atomic::Ordering};
 
 mod ctx;
+mod sockaddr;
+
+pub use sockaddr::{SockAddr, SockAddrV4, SockAddrV6};
 
 use ctx::{cm_event, created_on, Ctx, IdCore};
 
@@ -98,51 +101,6 @@ impl PortSpace {
             PortSpace::Tcp => QpType::Rc,
             PortSpace::Udp => QpType::Ud,
         }
-    }
-}
-
-/// An IPv4 address and port.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SockAddrV4 {
-    /// The address, most significant byte first (`[10, 0, 0, 1]` is 10.0.0.1).
-    pub ip: [u8; 4],
-    /// The port (0: any, for a bind).
-    pub port: u16,
-}
-
-impl SockAddrV4 {
-    fn to_raw(self) -> bindings::sockaddr_in {
-        // SAFETY: All-zeroes is a valid `sockaddr_in` (the padding must be zero).
-        let mut sin: bindings::sockaddr_in = unsafe { core::mem::zeroed() };
-        sin.sin_family = bindings::AF_INET as u16;
-        sin.sin_port = self.port.to_be();
-        sin.sin_addr.s_addr = u32::from_ne_bytes(self.ip);
-        sin
-    }
-
-    /// # Safety
-    ///
-    /// `ss` must point at a valid socket address.
-    unsafe fn from_raw(ss: *const bindings::__kernel_sockaddr_storage) -> Option<Self> {
-        let sin = ss.cast::<bindings::sockaddr_in>();
-        // SAFETY: Every socket address starts with its family; `sockaddr_storage` is large
-        // enough for a `sockaddr_in`, which it holds when the family says so.
-        unsafe {
-            if u32::from((*sin).sin_family) != bindings::AF_INET {
-                return None;
-            }
-            Some(Self {
-                ip: (*sin).sin_addr.s_addr.to_ne_bytes(),
-                port: u16::from_be((*sin).sin_port),
-            })
-        }
-    }
-}
-
-impl fmt::Display for SockAddrV4 {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let [a, b, c, d] = self.ip;
-        write!(f, "{a}.{b}.{c}.{d}:{}", self.port)
     }
 }
 
@@ -248,6 +206,11 @@ pub enum Event<'a, H: Handler> {
     AddrChange,
     /// The connection's time-wait is over; its QP number may be reused.
     TimewaitExit,
+    /// [`Id::join_multicast`] joined the group: the group's GID and Q_Key, and an address
+    /// handle to send to it ([`UdPeer::create_ah`]; datagrams go to QP number `0xffffff`).
+    MulticastJoin(UdPeer<'a>),
+    /// [`Id::join_multicast`] failed.
+    MulticastError(Error),
     /// Any other event (raw event number and status).
     Other(u32, i32),
 }
@@ -284,9 +247,9 @@ impl<H: Handler> Request<'_, H> {
     }
 
     /// The peer's address.
-    pub fn peer_addr(&self) -> Option<SockAddrV4> {
+    pub fn peer_addr(&self) -> Option<SockAddr> {
         // SAFETY: The new id is valid; the CM filled in its route from the request.
-        unsafe { SockAddrV4::from_raw(&raw const (*self.id).route.addr.dst_addr) }
+        unsafe { SockAddr::from_raw(&raw const (*self.id).route.addr.dst_addr) }
     }
 
     /// Keeps the connection: its events go to `handler` from now on. The caller creates the
@@ -338,9 +301,23 @@ pub struct UdPeer<'a> {
 }
 
 impl UdPeer<'_> {
-    /// The peer's QP number.
+    /// The peer's QP number (`0xffffff` for a multicast group).
     pub fn qpn(&self) -> u32 {
         self.param.qp_num
+    }
+
+    /// The peer's GID: for a multicast group, the group's, which QPs attach to
+    /// ([`Qp::attach_mcast`](super::qp::Qp::attach_mcast)).
+    pub fn gid(&self) -> Gid {
+        // SAFETY: `raw` is the bytes of the GID, whichever view the union is read through.
+        Gid(unsafe { self.param.ah_attr.grh.dgid.raw })
+    }
+
+    /// The peer's LID (InfiniBand; 0 on RoCE), for [`Qp::attach_mcast`](super::qp::Qp::attach_mcast).
+    pub fn lid(&self) -> u16 {
+        // SAFETY: The `ib` member of the address vector's union is read only for its LID,
+        // which is zero on RoCE (the CM zeroes the vector first).
+        unsafe { self.param.ah_attr.__bindgen_anon_1.ib.dlid }
     }
 
     /// The peer's Q_Key.
@@ -502,14 +479,14 @@ impl Id {
     /// `timeout_ms`.
     pub fn resolve_addr(
         &self,
-        src: Option<SockAddrV4>,
-        dst: SockAddrV4,
+        src: Option<SockAddr>,
+        dst: impl Into<SockAddr>,
         timeout_ms: u32,
     ) -> Result {
-        let src = src.map(SockAddrV4::to_raw);
-        let mut dst = dst.to_raw();
+        let src = src.map(SockAddr::to_raw);
+        let mut dst = dst.into().to_raw();
         let src_ptr = src.as_ref().map_or(core::ptr::null_mut(), |s| {
-            (s as *const bindings::sockaddr_in).cast_mut()
+            (s as *const bindings::__kernel_sockaddr_storage).cast_mut()
         });
         // SAFETY: The id is valid; the CM copies both addresses before returning.
         to_result(unsafe {
@@ -530,9 +507,10 @@ impl Id {
     }
 
     /// Binds the id to a local address (`rdma_bind_addr`); an address of an RDMA device's
-    /// netdev also binds the id to that device. Port 0 picks one.
-    pub fn bind(&self, addr: SockAddrV4) -> Result {
-        let mut a = addr.to_raw();
+    /// netdev also binds the id to that device. Port 0 picks one. A link-local IPv6 address
+    /// needs its scope (the interface index).
+    pub fn bind(&self, addr: impl Into<SockAddr>) -> Result {
+        let mut a = addr.into().to_raw();
         // SAFETY: The id is valid; the CM copies the address.
         to_result(unsafe { bindings::rdma_bind_addr(self.raw(), (&raw mut a).cast()) })
     }
@@ -616,14 +594,94 @@ impl Id {
     }
 
     /// The local address.
-    pub fn local_addr(&self) -> Option<SockAddrV4> {
+    pub fn local_addr(&self) -> Option<SockAddr> {
         // SAFETY: The id is valid; its address is a socket address.
-        unsafe { SockAddrV4::from_raw(&raw const (*self.raw()).route.addr.src_addr) }
+        unsafe { SockAddr::from_raw(&raw const (*self.raw()).route.addr.src_addr) }
     }
 
     /// The peer's address.
-    pub fn peer_addr(&self) -> Option<SockAddrV4> {
+    pub fn peer_addr(&self) -> Option<SockAddr> {
         // SAFETY: The id is valid; its address is a socket address.
-        unsafe { SockAddrV4::from_raw(&raw const (*self.raw()).route.addr.dst_addr) }
+        unsafe { SockAddr::from_raw(&raw const (*self.raw()).route.addr.dst_addr) }
+    }
+
+    /// Joins the multicast group at `addr` (`rdma_join_multicast`, as a full member; on RoCE the
+    /// CM joins the IP group on the netdev too, so that it takes the group's packets):
+    /// [`Event::MulticastJoin`] or [`Event::MulticastError`] follows. The id must be a UD id
+    /// bound to a device (bind or address resolution), without a QP of its own: the QPs that
+    /// receive the group's datagrams are created apart and attached. `EINVAL` otherwise (the
+    /// CM would warn about a QP). May sleep.
+    pub fn join_multicast(&self, addr: impl Into<SockAddr>) -> Result {
+        sleepable()?;
+        // SAFETY: The id is valid.
+        let (ty, qp) = unsafe { ((*self.raw()).qp_type, (*self.raw()).qp) };
+        if ty != bindings::ib_qp_type_IB_QPT_UD || !qp.is_null() {
+            return Err(EINVAL);
+        }
+        let mut a = addr.into().to_raw();
+        // SAFETY: The id is valid; the CM copies the address; no context is passed.
+        to_result(unsafe {
+            bindings::rdma_join_multicast(
+                self.raw(),
+                (&raw mut a).cast(),
+                1u8 << bindings::ib_sa_mc_join_states_FULLMEMBER_JOIN,
+                core::ptr::null_mut(),
+            )
+        })
+    }
+
+    /// Leaves the multicast group at `addr` (`rdma_leave_multicast`); nothing for a group the
+    /// id has not joined. Not from the id's own handler (`EINVAL`: leaving waits for the join's
+    /// work, which runs the handler); dropping the id leaves every group. May sleep.
+    pub fn leave_multicast(&self, addr: impl Into<SockAddr>) -> Result {
+        sleepable()?;
+        if self.ctx().locked_here() {
+            return Err(EINVAL);
+        }
+        let mut a = addr.into().to_raw();
+        // SAFETY: The id is valid and its handler does not run in this task.
+        unsafe { bindings::rdma_leave_multicast(self.raw(), (&raw mut a).cast()) };
+        Ok(())
+    }
+
+    /// Sets the type of service (IP TOS / traffic class) of the id's connection
+    /// (`rdma_set_service_type`); before [`Id::resolve_route`] to take effect.
+    pub fn set_tos(&self, tos: u8) {
+        // SAFETY: The id is valid.
+        unsafe { bindings::rdma_set_service_type(self.raw(), i32::from(tos)) };
+    }
+
+    /// Lets the id bind an address and port another id has just used (`rdma_set_reuseaddr`).
+    /// `EINVAL` to turn it on for a listening id, or off once the id is bound.
+    pub fn set_reuseaddr(&self, reuse: bool) -> Result {
+        // SAFETY: The id is valid.
+        to_result(unsafe { bindings::rdma_set_reuseaddr(self.raw(), i32::from(reuse)) })
+    }
+
+    /// Sets the local ACK timeout of the id's RC QP (4.096 us * 2^`timeout`, at most 31)
+    /// instead of the one the path gives (`rdma_set_ack_timeout`). `EINVAL` on a UD id or
+    /// above 31.
+    pub fn set_ack_timeout(&self, timeout: u8) -> Result {
+        self.check_rc(timeout)?;
+        // SAFETY: The id is valid.
+        to_result(unsafe { bindings::rdma_set_ack_timeout(self.raw(), timeout) })
+    }
+
+    /// Sets the RNR NAK timer code the id's RC QP answers senders with when it has no receive
+    /// posted (`rdma_set_min_rnr_timer`, at most 31). `EINVAL` on a UD id (which the CM would
+    /// also warn about) or above 31.
+    pub fn set_min_rnr_timer(&self, timer: u8) -> Result {
+        self.check_rc(timer)?;
+        // SAFETY: The id is valid.
+        to_result(unsafe { bindings::rdma_set_min_rnr_timer(self.raw(), timer) })
+    }
+
+    /// `EINVAL` unless the id makes RC connections and `code` is a 5-bit timer code.
+    fn check_rc(&self, code: u8) -> Result {
+        // SAFETY: The id is valid; its QP type is fixed at creation.
+        if unsafe { (*self.raw()).qp_type } != bindings::ib_qp_type_IB_QPT_RC || code > 31 {
+            return Err(EINVAL);
+        }
+        Ok(())
     }
 }

@@ -18,12 +18,13 @@
 use super::{
     defer::{Deferred, Teardown},
     device::Device,
+    event::{AsyncHandler, EventSlot},
     sync::{atomic, current, might_sleep, sleepable},
 };
 use crate::{
     alloc::{flags::GFP_KERNEL, KBox},
     bindings,
-    error::{code::*, from_err_ptr, Result},
+    error::{code::*, from_err_ptr, Error, Result},
     sync::Arc,
     types::ARef,
 };
@@ -67,6 +68,22 @@ pub(crate) struct Shared {
     /// Callers waiting for the slot with [`Cq::exclusive`]: direct pollers stay out meanwhile,
     /// so that a busy poller cannot starve them.
     waiting: AtomicU32,
+    /// The owner's handler of the CQ's asynchronous events.
+    events: EventSlot,
+}
+
+/// The `event_handler` of every CQ. Not generic, so built into the kernel.
+///
+/// # Safety
+///
+/// Called by the driver with a valid event of a CQ allocated by this module, whose
+/// `cq_context` is its `Shared`.
+unsafe extern "C" fn cq_event(event: *mut bindings::ib_event, context: *mut core::ffi::c_void) {
+    // SAFETY: `context` is the CQ's `Shared`, freed only after the CQ, after which no event is
+    // raised.
+    let shared = unsafe { &*context.cast::<Shared>() };
+    // SAFETY: `event` is valid for the call.
+    unsafe { shared.events.raise(event) };
 }
 
 impl Shared {
@@ -136,8 +153,9 @@ impl RawCq {
 
 impl Teardown for RawCq {
     fn must_defer(&self) -> bool {
-        // `ib_free_cq` waits for the CQ's work item or `irq_poll`: not from its own handler.
-        atomic() || self.in_handler()
+        // `ib_free_cq` waits for the CQ's work item or `irq_poll`: not from its own handler;
+        // freeing the handler of its events waits for their delivery: not from there either.
+        atomic() || self.in_handler() || self.shared.events.in_delivery()
     }
 }
 
@@ -192,6 +210,7 @@ impl Cq {
             Shared {
                 poller: AtomicPtr::new(core::ptr::null_mut()),
                 waiting: AtomicU32::new(0),
+                events: EventSlot::new(),
             },
             GFP_KERNEL,
         )?;
@@ -207,6 +226,9 @@ impl Cq {
                 c"kernel::rdma".as_ptr().cast(),
             )
         })?;
+        // `ib_alloc_cq` takes no event handler; nothing uses the CQ yet, so it is set here.
+        // SAFETY: `ptr` was just allocated and is not shared with anyone yet.
+        unsafe { (*ptr).event_handler = Some(cq_event) };
         // INVARIANT: `ptr` was just allocated with `poll` on `device`, with `shared`.
         let raw = Deferred::new(RawCq {
             ptr,
@@ -253,6 +275,54 @@ impl Cq {
     pub fn free_entries(&self) -> u32 {
         self.entries()
             .saturating_sub(self.raw.reserved.load(Ordering::Acquire))
+    }
+
+    /// Gives the CQ a handler of its asynchronous events ([`AsyncHandler`]), once, right after
+    /// creating it. `EBUSY` if it has one already, `EAGAIN` in atomic context. The handler lives
+    /// until the CQ is freed. May sleep.
+    pub fn set_event_handler<H: AsyncHandler>(&self, handler: Arc<H>) -> Result {
+        self.raw.shared.events.set(handler)
+    }
+
+    /// Resizes the CQ to at least `entries` entries (`ib_resize_cq`). May sleep.
+    ///
+    /// `EINVAL` for zero or more than the device's `max_cqe`; `EBUSY` when the QPs reporting
+    /// here were promised more entries than the new size (their queues could overrun it);
+    /// `EOPNOTSUPP` when the device cannot resize CQs; what the driver answers otherwise (for
+    /// instance `EINVAL` when more completions are waiting than would fit).
+    pub fn resize(&self, entries: u32) -> Result {
+        sleepable()?;
+        if entries == 0 || entries > self.raw.device.attrs().max_cqe() {
+            return Err(EINVAL);
+        }
+        let nr = i32::try_from(entries).map_err(|_| EINVAL)?;
+        // The entries being taken away are claimed first, so that no QP is promised them
+        // meanwhile.
+        let cut = self.entries().saturating_sub(entries);
+        if cut > 0 {
+            self.reserve(cut).map_err(|_| EBUSY)?;
+        }
+        // SAFETY: `ptr` is valid (invariant); the driver serialises the resize with polling.
+        let ret = unsafe { bindings::ib_resize_cq(self.raw.ptr, nr) };
+        if cut > 0 {
+            self.unreserve(cut);
+        }
+        if ret != 0 {
+            return Err(Error::from_errno(ret));
+        }
+        Ok(())
+    }
+
+    /// Asks the device to raise a completion event only after `count` completions or
+    /// `period_us` microseconds: interrupt moderation (`rdma_set_cq_moderation`, formerly
+    /// `ib_modify_cq`). `EOPNOTSUPP` when the device has none (soft-RoCE has none).
+    pub fn moderate(&self, count: u16, period_us: u16) -> Result {
+        // SAFETY: `ptr` is valid (invariant).
+        let ret = unsafe { bindings::rdma_set_cq_moderation(self.raw.ptr, count, period_us) };
+        if ret != 0 {
+            return Err(Error::from_errno(ret));
+        }
+        Ok(())
     }
 
     /// The poll context the CQ was allocated with.
@@ -490,10 +560,17 @@ impl WcOpcode {
 /// Only `status` and (for the requests that carry them) the fields of a successful completion
 /// are meaningful; for an error completion the other fields are undefined, and the accessors
 /// say so by returning `None` or zero.
+#[derive(Clone, Copy)]
 pub struct Wc {
     raw: bindings::ib_wc,
     qp_num: u32,
 }
+
+// SAFETY: A `Wc` is a copy of a completion's fields; the pointers among them (the request's
+// `ib_cqe`, the QP) are never dereferenced through it.
+unsafe impl Send for Wc {}
+// SAFETY: As for `Send`: `&Wc` only reads copied values.
+unsafe impl Sync for Wc {}
 
 impl Wc {
     /// A completion as the core dispatched it, with the number of the QP it belongs to (read
@@ -501,6 +578,11 @@ impl Wc {
     #[inline]
     pub(crate) fn new(raw: &bindings::ib_wc, qp_num: u32) -> Self {
         Self { raw: *raw, qp_num }
+    }
+
+    /// The completion as the C API has it (its pointers are not to be dereferenced).
+    pub(crate) fn as_raw(&self) -> &bindings::ib_wc {
+        &self.raw
     }
 
     /// A flush completion for a request that kernel::rdma hands back itself ([`Orphan`]).
@@ -540,6 +622,18 @@ impl Wc {
         let with_imm = self.raw.wc_flags & bindings::ib_wc_flags_IB_WC_WITH_IMM as i32 != 0;
         // SAFETY: With `IB_WC_WITH_IMM` set, the `ex` union holds `imm_data`.
         (self.is_ok() && with_imm).then(|| u32::from_be(unsafe { self.raw.ex.imm_data }))
+    }
+
+    /// The rkey that the sender of a SEND with invalidate revoked, on a receive completion: the
+    /// local MR with that rkey no longer grants access (see
+    /// [`Mr::invalidated_by`](super::mr::Mr::invalidated_by)).
+    pub fn invalidated_rkey(&self) -> Option<u32> {
+        let inv = self.raw.wc_flags & bindings::ib_wc_flags_IB_WC_WITH_INVALIDATE as i32 != 0;
+        if !(self.is_ok() && inv) {
+            return None;
+        }
+        // SAFETY: With `IB_WC_WITH_INVALIDATE` set, the `ex` union holds `invalidate_rkey`.
+        Some(unsafe { self.raw.ex.invalidate_rkey })
     }
 
     /// Whether a UD receive buffer starts with the 40-byte GRH (always on RoCE).

@@ -12,6 +12,10 @@ use crate::{
 };
 use core::{fmt, ops::RangeInclusive, ptr::NonNull};
 
+mod attr;
+
+pub use attr::{AtomicCap, DeviceAttr};
+
 /// Longest RDMA device name, terminating NUL included (`IB_DEVICE_NAME_MAX`).
 pub const NAME_MAX: usize = bindings::IB_DEVICE_NAME_MAX as usize;
 
@@ -161,6 +165,15 @@ impl Device {
         Ok(LinkLayer::from_raw(ll))
     }
 
+    /// Whether `port` speaks iWARP (`rdma_protocol_iwarp`); false for a port outside
+    /// [`Device::ports`].
+    pub fn is_iwarp(&self, port: u32) -> bool {
+        // SAFETY: `self.as_raw()` is valid (invariant) and `port` is checked first, so the core
+        // indexes its port array in bounds.
+        self.check_port(port).is_ok()
+            && unsafe { bindings::rdma_protocol_iwarp(self.as_raw(), port) }
+    }
+
     /// Returns the name of the network device bound to `port` (RoCE and iWARP), e.g. `eth0`.
     ///
     /// Returns `EINVAL` for a port outside [`Device::ports`] and `ENODEV` when no network device
@@ -228,12 +241,43 @@ impl Device {
         Ok(pkey)
     }
 
-    /// Finds the GID of `port` through which RoCE traffic of this kernel can flow: a RoCE v2
-    /// GID that maps an IPv4 address (`::ffff:a.b.c.d`), or else the first valid GID. Only the
-    /// first 256 entries are looked at: an address vector names its source GID in 8 bits.
+    /// Finds the P_Key `pkey` in the table of `port` and returns its index (`ib_find_pkey`;
+    /// the full-membership bit is preferred over the limited one). `EINVAL` for a port outside
+    /// [`Device::ports`], `ENOENT` when the table does not hold it. May sleep.
+    pub fn find_pkey(&self, port: u32, pkey: u16) -> Result<u16> {
+        self.check_port(port)?;
+        let mut index = 0u16;
+        // SAFETY: `self.as_raw()` is valid and `port` checked.
+        to_result(unsafe { bindings::ib_find_pkey(self.as_raw(), port, pkey, &mut index) })?;
+        Ok(index)
+    }
+
+    /// Finds `gid` of type `kind` in the GID tables of every port (`rdma_find_gid`) and returns
+    /// the port and entry holding it. `ENOENT` (or `EINVAL`) when no port has it. May sleep.
+    pub fn find_gid(&self, gid: &Gid, kind: GidType) -> Result<(u32, GidEntry)> {
+        let raw = bindings::ib_gid { raw: gid.0 };
+        let ty = match kind {
+            GidType::Ib => bindings::ib_gid_type_IB_GID_TYPE_IB,
+            GidType::RoceV2 => bindings::ib_gid_type_IB_GID_TYPE_ROCE_UDP_ENCAP,
+        };
+        // SAFETY: `self.as_raw()` is valid and `raw` outlives the call; no netdev filter.
+        let attr =
+            unsafe { bindings::rdma_find_gid(self.as_raw(), &raw, ty, core::ptr::null_mut()) };
+        let attr = crate::error::from_err_ptr(attr.cast_mut())?;
+        // SAFETY: `rdma_find_gid` returned a held, valid entry.
+        let (port, index) = unsafe { ((*attr).port_num, (*attr).index) };
+        // SAFETY: Gives back the reference `rdma_find_gid` took.
+        unsafe { bindings::rdma_put_gid_attr(attr) };
+        Ok((port, self.gid(port, u32::from(index))?))
+    }
+
+    /// The GID of `port` that this crate sources RoCE traffic from: a RoCE v2 GID that maps an
+    /// IPv4 address (`::ffff:a.b.c.d`), or else the first valid GID. Only the first 256 entries
+    /// are looked at: an address vector names its source GID in 8 bits. (Not `ib_find_gid`,
+    /// which looks a given GID up: that is [`Device::find_gid`].)
     ///
     /// `ENOENT` when the table holds no valid GID (for instance no address on the netdev).
-    pub fn find_gid(&self, port: u32) -> Result<GidEntry> {
+    pub fn preferred_gid(&self, port: u32) -> Result<GidEntry> {
         let len = self.query_port(port)?.gid_tbl_len().min(256);
         let mut first = None;
         for i in 0..len {
@@ -264,6 +308,16 @@ impl Device {
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Gid(pub [u8; 16]);
 
+impl Gid {
+    /// Whether the GID is a multicast address: `ff00::/8`, or an IPv4-mapped
+    /// `::ffff:224.0.0.0/4` (how RoCE v2 names an IPv4 group).
+    pub fn is_multicast(&self) -> bool {
+        let g = &self.0;
+        let v4_mapped = g[..10].iter().all(|&b| b == 0) && g[10..12] == [0xff, 0xff];
+        g[0] == 0xff || (v4_mapped && g[12] & 0xf0 == 0xe0)
+    }
+}
+
 impl fmt::Display for Gid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (i, pair) in self.0.chunks(2).enumerate() {
@@ -282,6 +336,15 @@ impl fmt::Debug for Gid {
     }
 }
 
+/// The type of a GID (`enum ib_gid_type`), for [`Device::find_gid`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GidType {
+    /// InfiniBand, and RoCE v1 (`IB_GID_TYPE_IB`).
+    Ib,
+    /// RoCE v2, over UDP (`IB_GID_TYPE_ROCE_UDP_ENCAP`).
+    RoceV2,
+}
+
 /// An entry of a port's GID table, as returned by [`Device::gid`].
 #[derive(Clone, Copy, Debug)]
 pub struct GidEntry {
@@ -293,88 +356,6 @@ pub struct GidEntry {
     pub roce_v2: bool,
     /// Whether it maps an IPv4 address.
     pub ipv4: bool,
-}
-
-/// A device's capabilities (`struct ib_device_attr`), as returned by [`Device::attrs`].
-pub struct DeviceAttr<'a>(&'a bindings::ib_device_attr);
-
-/// Converts a C `int` limit to `u32`, treating a negative value as "none".
-fn limit(v: i32) -> u32 {
-    u32::try_from(v).unwrap_or(0)
-}
-
-impl DeviceAttr<'_> {
-    /// Largest number of outstanding work requests on one queue of a QP.
-    pub fn max_qp_wr(&self) -> u32 {
-        limit(self.0.max_qp_wr)
-    }
-
-    /// Largest number of scatter/gather entries of a send work request.
-    pub fn max_send_sge(&self) -> u32 {
-        limit(self.0.max_send_sge)
-    }
-
-    /// Largest number of scatter/gather entries of a receive work request.
-    pub fn max_recv_sge(&self) -> u32 {
-        limit(self.0.max_recv_sge)
-    }
-
-    /// Largest number of entries of a CQ.
-    pub fn max_cqe(&self) -> u32 {
-        limit(self.0.max_cqe)
-    }
-
-    /// Largest number of outstanding RDMA READs and atomics a QP can be the target of.
-    pub fn max_qp_rd_atom(&self) -> u32 {
-        limit(self.0.max_qp_rd_atom)
-    }
-
-    /// Largest number of outstanding RDMA READs and atomics a QP can initiate.
-    pub fn max_qp_init_rd_atom(&self) -> u32 {
-        limit(self.0.max_qp_init_rd_atom)
-    }
-
-    /// Whether atomic operations are supported (`atomic_cap != IB_ATOMIC_NONE`).
-    pub fn has_atomics(&self) -> bool {
-        self.0.atomic_cap != bindings::ib_atomic_cap_IB_ATOMIC_NONE
-    }
-
-    /// Largest number of pages a fast-registered memory region can map.
-    pub fn max_fast_reg_page_list_len(&self) -> u32 {
-        self.0.max_fast_reg_page_list_len
-    }
-
-    /// Largest number of memory regions.
-    pub fn max_mr(&self) -> u32 {
-        limit(self.0.max_mr)
-    }
-
-    /// Largest number of work requests of a shared receive queue.
-    pub fn max_srq_wr(&self) -> u32 {
-        limit(self.0.max_srq_wr)
-    }
-
-    /// Largest number of scatter/gather entries of a shared receive queue's work requests.
-    pub fn max_srq_sge(&self) -> u32 {
-        limit(self.0.max_srq_sge)
-    }
-
-    /// Largest message size of a memory region.
-    pub fn max_mr_size(&self) -> u64 {
-        self.0.max_mr_size
-    }
-}
-
-impl fmt::Debug for DeviceAttr<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DeviceAttr")
-            .field("max_qp_wr", &self.max_qp_wr())
-            .field("max_send_sge", &self.max_send_sge())
-            .field("max_cqe", &self.max_cqe())
-            .field("max_qp_rd_atom", &self.max_qp_rd_atom())
-            .field("atomics", &self.has_atomics())
-            .finish()
-    }
 }
 
 impl fmt::Debug for Device {
@@ -521,7 +502,7 @@ pub enum Mtu {
 }
 
 impl Mtu {
-    fn from_raw(mtu: bindings::ib_mtu) -> Option<Self> {
+    pub(crate) fn from_raw(mtu: bindings::ib_mtu) -> Option<Self> {
         match mtu {
             bindings::ib_mtu_IB_MTU_256 => Some(Self::Mtu256),
             bindings::ib_mtu_IB_MTU_512 => Some(Self::Mtu512),

@@ -1,8 +1,15 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Asynchronous device events (`ib_register_event_handler`).
+//! Asynchronous events: of a device (`ib_register_event_handler`), and of a QP, SRQ or CQ
+//! (the `event_handler` of each).
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
+//!
+//! Device events go to every [`EventRegistration`] of the device. Events of one QP, SRQ or CQ
+//! go to the [`AsyncHandler`] its owner gives it right after creating it
+//! ([`Qp::set_event_handler`](super::qp::Qp::set_event_handler),
+//! [`Srq::set_event_handler`](super::srq::Srq::set_event_handler),
+//! [`Cq::set_event_handler`](super::cq::Cq::set_event_handler)).
 //!
 //! A driver reports port state changes, GID table changes and fatal errors with
 //! `ib_dispatch_event`; the core hands them to every registered handler, in process context
@@ -19,11 +26,13 @@ use super::{
     sync::{atomic, current, in_worker, might_sleep, sleepable},
 };
 use crate::{
+    alloc::{flags::GFP_KERNEL, KBox},
     bindings,
-    error::Result,
+    error::{code::EBUSY, Result},
+    sync::Arc,
     types::{ARef, Opaque},
 };
-use core::sync::atomic::{AtomicPtr, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 
 /// An asynchronous event of a device (`struct ib_event`, for the events ULPs act on).
 ///
@@ -260,5 +269,224 @@ unsafe extern "C" fn callback<T: EventHandler>(
     reg.data.event(&reg.device, ev);
     if let Some(c) = slot {
         c.store(core::ptr::null_mut(), Ordering::Release);
+    }
+}
+
+/// An asynchronous event of one QP, SRQ or CQ (`struct ib_event` with a QP, SRQ or CQ element).
+///
+/// Soft-RoCE (`rdma_rxe`) raises `SqDrained`, `QpLastWqeReached`, `SrqLimitReached` and
+/// `CqErr` (on a CQ overrun, which the CQ entry accounting of this crate prevents); it reports
+/// access and transport errors in completions only, never as `QpAccessErr`, `QpReqErr` or
+/// `QpFatal` events, and it has no `CommEst` (its connections are established by the CM's
+/// messages).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AsyncEvent {
+    /// A QP in Ready to Receive got its first packet before the CM's RTU
+    /// (`IB_EVENT_COMM_EST`); for the QP of a CM id it is passed on to `rdma_notify` as well.
+    CommEst,
+    /// The QP went to the error state on an error that is not a completion's
+    /// (`IB_EVENT_QP_FATAL`).
+    QpFatal,
+    /// The responder saw an invalid request (`IB_EVENT_QP_REQ_ERR`).
+    QpReqErr,
+    /// The responder saw an access violation (`IB_EVENT_QP_ACCESS_ERR`).
+    QpAccessErr,
+    /// The send queue of a QP moved to Send Queue Drained has no request left
+    /// (`IB_EVENT_SQ_DRAINED`).
+    SqDrained,
+    /// The QP moved to its alternate path (`IB_EVENT_PATH_MIG`).
+    PathMig,
+    /// Moving to the alternate path failed (`IB_EVENT_PATH_MIG_ERR`).
+    PathMigErr,
+    /// A QP with an SRQ in the error state will take no more receives from it
+    /// (`IB_EVENT_QP_LAST_WQE_REACHED`).
+    QpLastWqeReached,
+    /// The SRQ holds fewer receives than its armed limit (`IB_EVENT_SRQ_LIMIT_REACHED`); the
+    /// limit is disarmed until armed again.
+    SrqLimitReached,
+    /// The SRQ failed (`IB_EVENT_SRQ_ERR`).
+    SrqErr,
+    /// The CQ failed, for instance on an overrun (`IB_EVENT_CQ_ERR`).
+    CqErr,
+    /// Another event (its `enum ib_event_type` value).
+    Other(u32),
+}
+
+impl AsyncEvent {
+    /// The event of type `kind` (`enum ib_event_type`).
+    pub(crate) fn from_type(kind: bindings::ib_event_type) -> Self {
+        match kind {
+            bindings::ib_event_type_IB_EVENT_COMM_EST => Self::CommEst,
+            bindings::ib_event_type_IB_EVENT_QP_FATAL => Self::QpFatal,
+            bindings::ib_event_type_IB_EVENT_QP_REQ_ERR => Self::QpReqErr,
+            bindings::ib_event_type_IB_EVENT_QP_ACCESS_ERR => Self::QpAccessErr,
+            bindings::ib_event_type_IB_EVENT_SQ_DRAINED => Self::SqDrained,
+            bindings::ib_event_type_IB_EVENT_PATH_MIG => Self::PathMig,
+            bindings::ib_event_type_IB_EVENT_PATH_MIG_ERR => Self::PathMigErr,
+            bindings::ib_event_type_IB_EVENT_QP_LAST_WQE_REACHED => Self::QpLastWqeReached,
+            bindings::ib_event_type_IB_EVENT_SRQ_LIMIT_REACHED => Self::SrqLimitReached,
+            bindings::ib_event_type_IB_EVENT_SRQ_ERR => Self::SrqErr,
+            bindings::ib_event_type_IB_EVENT_CQ_ERR => Self::CqErr,
+            other => Self::Other(other),
+        }
+    }
+}
+
+/// What to do with the asynchronous events of a QP, SRQ or CQ.
+pub trait AsyncHandler: Send + Sync + 'static {
+    /// Called for the events of the object the handler was given to.
+    ///
+    /// Drivers raise these events in whatever context they are in, often atomic and with hard
+    /// interrupts disabled (soft-RoCE holds the QP's IRQ-safe state lock), where even a
+    /// BH-disabling lock is wrong. So the event is only recorded there, and this runs later, in
+    /// process context, from a work item on `system_wq`: it may sleep and allocate with
+    /// `GFP_KERNEL`. Events of one kind raised before it ran are delivered once; calls for one
+    /// object never overlap. Dropping the object from here is allowed (its teardown then runs
+    /// from another work item).
+    fn event(&self, event: AsyncEvent);
+}
+
+/// An [`AsyncHandler`], its pending events and the work item that delivers them.
+///
+/// # Invariants
+///
+/// `work` is initialised for [`deliver`] once the sink is published in an [`EventSlot`].
+#[repr(C)]
+struct Sink {
+    work: Opaque<bindings::work_struct>,
+    /// Bit `n`: an event of type `n` waits to be delivered.
+    pending: AtomicU32,
+    // Dropped before the hold: the handler's drop runs the module's code.
+    handler: Arc<dyn AsyncHandler>,
+    _hold: Option<Hold>,
+}
+
+/// The work function that delivers pending events. Built into the kernel (not generic).
+///
+/// # Safety
+///
+/// `work` is the `work` field of a published [`Sink`], which outlives the work item (its slot
+/// flushes the work before freeing it).
+unsafe extern "C" fn deliver(work: *mut bindings::work_struct) {
+    // SAFETY: `work` is the first field of the `#[repr(C)]` sink, alive per the above.
+    let sink = unsafe { &*work.cast::<Sink>() };
+    let mut bits = sink.pending.swap(0, Ordering::AcqRel);
+    while bits != 0 {
+        let n = bits.trailing_zeros();
+        bits &= !(1 << n);
+        sink.handler.event(AsyncEvent::from_type(n));
+    }
+}
+
+/// Where a QP, SRQ or CQ keeps its [`AsyncHandler`], set once. Dropped with the object, after
+/// the object is destroyed (no event can come after): that waits for the delivery of the events
+/// raised before, so it sleeps.
+pub(crate) struct EventSlot(AtomicPtr<Sink>);
+
+impl EventSlot {
+    pub(crate) const fn new() -> Self {
+        Self(AtomicPtr::new(core::ptr::null_mut()))
+    }
+
+    /// Installs `handler`; `EBUSY` if the object has one already, `ENOSPC` if its module cannot
+    /// be tracked. May sleep (allocates).
+    pub(crate) fn set<H: AsyncHandler>(&self, handler: Arc<H>) -> Result {
+        sleepable()?;
+        watch_unloads();
+        let code = <H as AsyncHandler>::event as fn(&H, AsyncEvent);
+        let owner = Owner::tracked(code as *const () as usize)?;
+        self.install(KBox::new(
+            Sink {
+                work: Opaque::uninit(),
+                pending: AtomicU32::new(0),
+                handler,
+                _hold: owner.map(Owner::hold),
+            },
+            GFP_KERNEL,
+        )?)
+    }
+
+    /// Publishes `sink`. Not generic, so that the work item's lock class is the kernel's own.
+    fn install(&self, sink: KBox<Sink>) -> Result {
+        let raw = KBox::into_raw(sink);
+        // SAFETY: `raw` is a fresh sink, not published yet; `deliver` is its work function and
+        // the lock class is static.
+        unsafe {
+            bindings::init_work_with_key(
+                (*raw).work.get(),
+                Some(deliver),
+                false,
+                c"kernel::rdma::event".as_ptr().cast(),
+                crate::static_lock_class!().as_ptr(),
+            )
+        };
+        if self
+            .0
+            .compare_exchange(
+                core::ptr::null_mut(),
+                raw,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_err()
+        {
+            // SAFETY: `raw` was not published: it is still only ours, and its work is idle.
+            drop(unsafe { KBox::from_raw(raw) });
+            return Err(EBUSY);
+        }
+        Ok(())
+    }
+
+    /// Records event `raw` for delivery, if there is a handler. Not generic: called from the
+    /// built-in event trampolines of QPs, SRQs and CQs, in any context (hard interrupts
+    /// disabled included).
+    ///
+    /// # Safety
+    ///
+    /// `raw` must point to a valid `ib_event`.
+    pub(crate) unsafe fn raise(&self, raw: *const bindings::ib_event) {
+        // SAFETY: A published sink lives until the slot is dropped, which happens only after
+        // the object is destroyed and no event can be raised any more.
+        let Some(sink) = (unsafe { self.0.load(Ordering::Acquire).as_ref() }) else {
+            return;
+        };
+        // SAFETY: The caller guarantees `raw` is valid.
+        let kind = unsafe { (*raw).event };
+        if kind >= 32 {
+            crate::pr_warn!("kernel::rdma: asynchronous event {} dropped\n", kind);
+            return;
+        }
+        sink.pending.fetch_or(1 << kind, Ordering::AcqRel);
+        // SAFETY: The work item is initialised (invariant) and its sink outlives it; queueing
+        // is allowed in any context.
+        unsafe { bindings::queue_work_on(WORK_CPU_UNBOUND, bindings::system_wq, sink.work.get()) };
+    }
+
+    /// Whether the current task is delivering this slot's events: the object must not be torn
+    /// down here, where the teardown would wait for itself.
+    pub(crate) fn in_delivery(&self) -> bool {
+        let raw = self.0.load(Ordering::Acquire);
+        // SAFETY: `current_work` only reads the current worker; only the address of the
+        // published sink's work item is taken.
+        !raw.is_null() && unsafe { bindings::current_work() == (*raw).work.get() }
+    }
+}
+
+const WORK_CPU_UNBOUND: i32 = bindings::wq_misc_consts_WORK_CPU_UNBOUND as i32;
+
+impl Drop for EventSlot {
+    fn drop(&mut self) {
+        let raw = *self.0.get_mut();
+        if raw.is_null() {
+            return;
+        }
+        might_sleep();
+        // SAFETY: Published by `install`; no event is raised any more (the object is destroyed),
+        // so once the work item is flushed nothing refers to the sink. `drop` never runs in the
+        // work item itself (`in_delivery` defers the object's teardown).
+        unsafe {
+            bindings::flush_work((*raw).work.get());
+            drop(KBox::from_raw(raw));
+        }
     }
 }

@@ -210,11 +210,12 @@ void rust_helper_ib_dma_unmap_sg(struct ib_device *dev, struct scatterlist *sg,
 	ib_dma_unmap_sg(dev, sg, nents, dir);
 }
 
-/* Puts a whole @page in entry @sg and returns the next entry (NULL after the last). */
+/* Puts the first @len bytes of @page in entry @sg and returns the next entry (NULL after the last). */
 struct scatterlist *rust_helper_rdma_sg_set_page(struct scatterlist *sg,
-						 struct page *page)
+						 struct page *page,
+						 unsigned int len)
 {
-	sg_set_page(sg, page, PAGE_SIZE, 0);
+	sg_set_page(sg, page, len, 0);
 	return sg_next(sg);
 }
 
@@ -277,4 +278,9 @@ struct scatterlist *rust_helper_rdma_sg_dma(struct scatterlist *sg, u64 *addr,
 	*addr = sg_dma_address(sg);
 	*len = sg_dma_len(sg);
 	return sg_next(sg);
+}
+
+bool rust_helper_rdma_protocol_iwarp(const struct ib_device *device, u32 port_num)
+{
+	return rdma_protocol_iwarp(device, port_num);
 }

@@ -8,7 +8,11 @@
 //! [`Mr`] (`ib_alloc_mr` of type `IB_MR_TYPE_MEM_REG`) is given a [`DmaBuf`] with [`Mr::map`],
 //! or the pages of a [`DmaSg`] with [`Mr::map_sg`] (both `ib_map_mr_sg`), then registered by
 //! posting [`SendOps::reg_mr`]; from that completion on, [`Mr::remote`] is what the peer needs.
-//! [`SendOps::local_inv`] revokes it. The MR owns the memory, and dropping the MR deregisters it
+//! [`SendOps::local_inv`] revokes it, and so does a peer's SEND with invalidate of its rkey
+//! (the receive's [`Wc::invalidated_rkey`]), which the owner records with
+//! [`Mr::invalidated_by`]. An MR knows whether it is registered: [`Mr::remote`] refuses to
+//! advertise one that is not, and [`SendOps::reg_mr`] to register one that still is (the
+//! device refuses that too). The MR owns the memory, and dropping the MR deregisters it
 //! (`ib_dereg_mr`) before the memory is freed, so a peer can never reach freed memory. A peer
 //! may write a registered MR's memory at any time, so the CPU reaches it only by copying, with
 //! volatile accesses ([`Mr::read`], [`Mr::write`]), never through a slice.
@@ -20,6 +24,7 @@
 //! [`SendOps::local_inv`]: super::wr::SendOps::local_inv
 
 use super::{
+    cq::Wc,
     defer::{Deferred, Teardown},
     dma::{DmaBuf, DmaSg},
     pd::Pd,
@@ -33,6 +38,7 @@ use crate::{
     sync::Arc,
     types::Opaque,
 };
+use core::sync::atomic::{AtomicBool, Ordering};
 
 /// Remote access rights of an RC QP or a memory region (`enum ib_access_flags`).
 ///
@@ -63,6 +69,12 @@ impl Access {
     /// The raw flag bits.
     pub fn bits(self) -> u32 {
         self.0
+    }
+
+    /// The flags of `bits` that this type names; the others are dropped.
+    pub(crate) fn from_bits(bits: u32) -> Self {
+        let known = Self::LOCAL_WRITE.0 | Self::REMOTE_WRITE.0 | Self::REMOTE_READ.0;
+        Access(bits & (known | Self::REMOTE_ATOMIC.0))
     }
 }
 
@@ -159,7 +171,7 @@ enum Mem {
 ///     if !ok {
 ///         return Err(EIO);
 ///     }
-///     let remote = mr.remote();
+///     let remote = mr.remote()?;
 ///     Ok((mr, remote))
 /// }
 /// ```
@@ -182,6 +194,8 @@ struct RawMr {
     mem: Option<Mem>,
     max_pages: u32,
     pd: Arc<Pd>,
+    /// A registration was posted and, as far as the owner knows, not invalidated since.
+    registered: AtomicBool,
 }
 
 // SAFETY: An MR may be used and deregistered from any thread.
@@ -226,6 +240,7 @@ impl Mr {
             mem: None,
             max_pages,
             pd: pd.clone(),
+            registered: AtomicBool::new(false),
         })?;
         Ok(Self { raw })
     }
@@ -358,20 +373,56 @@ impl Mr {
         unsafe { (*self.raw.ptr).rkey }
     }
 
+    /// The I/O virtual address the MR maps its memory at.
+    pub(crate) fn iova(&self) -> u64 {
+        // SAFETY: `ptr` is valid (invariant).
+        unsafe { (*self.raw.ptr).iova }
+    }
+
     /// The lkey local requests may use.
     pub fn lkey(&self) -> u32 {
         // SAFETY: `ptr` is valid (invariant).
         unsafe { (*self.raw.ptr).lkey }
     }
 
-    /// What the peer needs: the region's I/O virtual address and rkey.
-    pub fn remote(&self) -> Remote {
+    /// What the peer needs: the region's I/O virtual address and rkey. `EINVAL` unless a
+    /// registration was posted ([`SendOps::reg_mr`]) and not invalidated since: an rkey that
+    /// no longer grants access is never handed out.
+    ///
+    /// [`SendOps::reg_mr`]: super::wr::SendOps::reg_mr
+    pub fn remote(&self) -> Result<Remote> {
+        if !self.is_registered() {
+            return Err(EINVAL);
+        }
         // SAFETY: `ptr` is valid (invariant).
         let addr = unsafe { (*self.raw.ptr).iova };
-        Remote {
+        Ok(Remote {
             addr,
             rkey: self.rkey(),
+        })
+    }
+
+    /// Whether a registration of the MR was posted and not invalidated since (locally, or by
+    /// the peer as recorded with [`Mr::invalidated_by`]).
+    pub fn is_registered(&self) -> bool {
+        self.raw.registered.load(Ordering::Acquire)
+    }
+
+    /// Records a peer's remote invalidation: if `wc` (a receive completion) reports that the
+    /// sender invalidated this MR's rkey (SEND with invalidate), the MR is no longer registered
+    /// and this returns true. The peer can then no longer reach the memory, and the MR may be
+    /// registered again ([`Mr::bump_key`] first, so the old rkey stays dead).
+    pub fn invalidated_by(&self, wc: &Wc) -> bool {
+        if wc.invalidated_rkey() != Some(self.rkey()) {
+            return false;
         }
+        self.raw.registered.store(false, Ordering::Release);
+        true
+    }
+
+    /// The registration state, which a posted registration or invalidation updates.
+    pub(crate) fn registered(&self) -> &AtomicBool {
+        &self.raw.registered
     }
 
     /// Moves to the next key (`ib_update_fast_reg_key(mr, ib_inc_rkey(rkey))`), so that a new

@@ -12,15 +12,16 @@
 //! its own requests, a connection manager id that was leaked, a teardown handed to a work item),
 //! the core would call into freed memory after `rmmod`.
 //!
-//! So every such object *holds* the module its callbacks live in ([`Hold`]) for as long as the
-//! core may call them: a QP or SRQ from its first post until it is destroyed, a connection manager
-//! id until it is destroyed, an event registration until it is unregistered, a deferred teardown
-//! until it has run. A module notifier, registered the first time kernel::rdma is used, sees
-//! each module unload after its exit function ran and before its memory is freed, and waits
-//! there until the module holds nothing any more, reporting every ten seconds what it waits
-//! for. A module that tears its objects down in its exit path (as [`Client::remove`] does when
-//! the client unregisters) never waits; one that leaked an object makes `rmmod` wait for it,
-//! loudly, instead of freeing code the object still calls. Built-in code needs no hold.
+//! So every such object *holds* the module its callbacks live in ([`Hold`]) for as long as the core
+//! may call them: a QP or SRQ from its first post until it is destroyed, a connection manager id
+//! until it is destroyed, an event registration until it is unregistered, a client registration
+//! while it lives, a deferred teardown until it has run. A module notifier, registered the first
+//! time kernel::rdma is used, sees each module unload after its exit function ran and before its
+//! memory is freed, and waits there until the module holds nothing any more, reporting every ten
+//! seconds what it waits for. A module that tears its objects down in its exit path (as
+//! [`Client::remove`] does when the client unregisters) never waits; one that leaked an object
+//! makes `rmmod` wait for it, loudly, instead of freeing code the object still calls. Built-in code
+//! needs no hold.
 //!
 //! Holds are counted per module in a fixed table of [`MODULES`] entries, so that taking one
 //! neither allocates nor sleeps (completion handlers post requests). When the table is full,

@@ -42,6 +42,7 @@ use super::{
     cq::{Cq, Orphan},
     defer::{Deferred, Teardown},
     device::Gid,
+    event::{AsyncHandler, EventSlot},
     owner::{Owner, OwnerCell},
     pd::{Pd, PdKey},
     srq::Srq,
@@ -66,8 +67,11 @@ use core::{
 };
 
 pub mod drain;
+pub mod mcast;
+pub mod query;
 pub mod state;
 
+pub use query::QpAttr;
 pub use state::{QpState, RcParams};
 
 /// The transport of a QP.
@@ -102,6 +106,13 @@ pub struct QpCaps {
     pub recv_sge: u32,
     /// Largest inline send, in bytes.
     pub max_inline: u32,
+    /// [`RwCtx`](super::rw::RwCtx) operations in flight at most (`max_rdma_ctxs`): the core
+    /// adds the send queue entries they need (and, where the device registers memory for
+    /// them, a pool of MRs) to the QP. Needs `port`.
+    pub rdma_ctxs: u32,
+    /// The port the QP will be bound to; needed with `rdma_ctxs`, since how the core moves
+    /// data depends on the port's protocol. Ignored for a QP of a connection manager id.
+    pub port: u32,
 }
 
 impl Default for QpCaps {
@@ -112,6 +123,8 @@ impl Default for QpCaps {
             send_sge: 1,
             recv_sge: 1,
             max_inline: 0,
+            rdma_ctxs: 0,
+            port: 0,
         }
     }
 }
@@ -183,12 +196,19 @@ pub(crate) struct Shared {
     /// Serialises drains: a second caller returns only once the first has finished.
     #[pin]
     drained: Mutex<Drained>,
+    /// The owner's handler of the QP's asynchronous events.
+    events: EventSlot,
+    /// The connection manager id the QP was created on, told of `CommEst`.
+    on: Option<Arc<dyn CreatedOn>>,
+    /// The multicast groups the QP is attached to (GID and LID).
+    #[pin]
+    pub(crate) groups: Mutex<KVec<(Gid, u16)>>,
 }
 
 impl Shared {
     /// New accounting. Not generic, so that its lock classes (keys and names) are the kernel's
     /// own, whichever module creates QPs: lockdep forgets the classes of a module that unloads.
-    fn new() -> Result<Pin<KBox<Shared>>> {
+    fn new(on: Option<Arc<dyn CreatedOn>>) -> Result<Pin<KBox<Shared>>> {
         KBox::pin_init(
             pin_init!(Shared {
                 sq_used: AtomicU32::new(0),
@@ -199,6 +219,9 @@ impl Shared {
                 orphans <- new_spinlock_bh!(KVec::new(), "rdma_qp_orphans"),
                 posted: AtomicBool::new(false),
                 drained <- new_mutex!(Drained::default(), "rdma_qp_drain"),
+                events: EventSlot::new(),
+                on,
+                groups <- new_mutex!(KVec::new(), "rdma_qp_groups"),
             }),
             GFP_KERNEL,
         )
@@ -235,6 +258,27 @@ impl Shared {
     }
 }
 
+/// The `event_handler` of every QP: passes the event to the owner's handler, and `CommEst` to
+/// the connection manager id the QP was created on. Not generic, so built into the kernel.
+///
+/// # Safety
+///
+/// Called by the driver with a valid event of a QP created by this module, whose
+/// `qp_context` is its `Shared`.
+unsafe extern "C" fn qp_event(event: *mut bindings::ib_event, context: *mut core::ffi::c_void) {
+    // SAFETY: `context` is the QP's `Shared` (set at creation), freed only after the QP is
+    // destroyed, after which no event is raised.
+    let shared = unsafe { &*context.cast::<Shared>() };
+    // SAFETY: `event` is valid for the call.
+    if unsafe { (*event).event } == bindings::ib_event_type_IB_EVENT_COMM_EST {
+        if let Some(on) = &shared.on {
+            on.established();
+        }
+    }
+    // SAFETY: `event` is valid for the call.
+    unsafe { shared.events.raise(event) };
+}
+
 /// Gives back the queue slots of a completed request.
 ///
 /// # Safety
@@ -265,6 +309,10 @@ pub(crate) fn reserve(used: &AtomicU32, n: u32, depth: u32) -> Result {
 pub(crate) trait CreatedOn: Send + Sync {
     /// Destroys `qp`, which was created through `self`. Sleeps.
     fn destroy_qp(&self, qp: *mut bindings::ib_qp);
+
+    /// The QP got its first packet before the connection was established (`CommEst`): tells
+    /// the connection manager. Any context.
+    fn established(&self);
 }
 
 /// What the QP uses while it exists, and what must outlive it: dropped only once the QP is
@@ -284,14 +332,17 @@ struct Keep {
 ///
 /// `ptr` is a QP created on `keep.pd` (through `keep.on`, if set), with `keep.send_cq` and
 /// `keep.recv_cq` (and `keep.srq`, attached to it, if set), whose `qp_context` is
-/// `keep.shared`, and which has `caps.send_depth + 1` / `recv_reserved` entries reserved on its
-/// CQs. It is valid until `QpInner` is dropped.
+/// `keep.shared`, and which has `sq_slots + 1` / `recv_reserved` entries reserved on its CQs.
+/// With `caps.rdma_ctxs`, it was created with that `max_rdma_ctxs` on port `port`. It is valid until `QpInner` is dropped.
 pub(crate) struct QpInner {
     pub(crate) ptr: *mut bindings::ib_qp,
     pub(crate) qp_type: QpType,
     pub(crate) caps: QpCaps,
     pub(crate) port: u32,
     pub(crate) sq_psn: u32,
+    /// Send queue entries that may be outstanding: `send_depth`, and the entries the core
+    /// added for `rdma_ctxs`.
+    pub(crate) sq_slots: u32,
     recv_reserved: u32,
     keep: ManuallyDrop<Keep>,
 }
@@ -307,6 +358,7 @@ impl Teardown for QpInner {
         // The drain waits for handlers of the QP's CQs to process its requests.
         let k = &self.keep;
         atomic()
+            || k.shared.events.in_delivery()
             || k.send_cq.in_handler()
             || k.recv_cq.in_handler()
             || k.srq.as_ref().is_some_and(|s| s.cq().in_handler())
@@ -340,10 +392,11 @@ pub struct Qp<S: State> {
 impl Qp<Reset> {
     /// Creates a QP on `pd` reporting to `send_cq` and `recv_cq` (`ib_create_qp`). May sleep.
     ///
-    /// `EINVAL` when a depth is zero or above the device's `max_qp_wr` (less the drain slot),
-    /// an SGE count is zero or above the device's limit (or this crate's), the CQs belong to
-    /// another device, or a CQ has not enough free entries for the queues reporting to it (a CQ
-    /// overrun is fatal).
+    /// `EINVAL` when a depth is zero or above the device's `max_qp_wr` (less the drain slot and
+    /// the entries of `rdma_ctxs`), an SGE count is zero or above the device's limit (or this
+    /// crate's), `rdma_ctxs` is set without a port of the device, the CQs belong to another
+    /// device, or a CQ has not enough free entries for the queues reporting to it (a CQ overrun
+    /// is fatal).
     pub fn new(
         pd: &Arc<Pd>,
         qp_type: QpType,
@@ -418,7 +471,8 @@ impl Qp<Init> {
         ) -> Result<*mut bindings::ib_qp>,
     ) -> Result<Self> {
         check_recv_caps(pd, caps)?;
-        let mut inner = create(pd, qp_type, send_cq, recv_cq, None, caps, Some(on), make)?;
+        let caps = QpCaps { port, ..*caps };
+        let mut inner = create(pd, qp_type, send_cq, recv_cq, None, &caps, Some(on), make)?;
         inner.get_mut().port = port;
         Ok(Qp::wrap(inner))
     }
@@ -478,21 +532,44 @@ fn create(
     if send_cq.device().as_raw() != dev || recv_cq.device().as_raw() != dev {
         return Err(EINVAL);
     }
+    // A CM id's QP is on the id's port, which `rdma_create_qp` fills in.
+    let port = match &on {
+        Some(_) => caps.port,
+        None if caps.rdma_ctxs == 0 => 0,
+        None => {
+            if !pd.device().ports().contains(&caps.port) {
+                return Err(EINVAL);
+            }
+            caps.port
+        }
+    };
+    // What `rdma_rw_init_qp` adds to the send queue for `rdma_ctxs`.
+    let rw_wqes = if caps.rdma_ctxs == 0 {
+        0
+    } else {
+        // SAFETY: `dev` is valid and `port` one of its ports.
+        unsafe { bindings::rdma_rw_max_send_wr(dev, port, caps.rdma_ctxs, 0) }
+    };
+    let sq_slots = caps.send_depth.checked_add(rw_wqes).ok_or(EINVAL)?;
+    if sq_slots >= attrs.max_qp_wr() {
+        return Err(EINVAL);
+    }
     // With an SRQ, the SRQ holds the receive CQ's entries for all its QPs.
     let recv_reserved = if srq.is_some() {
         0
     } else {
         caps.recv_depth + 1
     };
-    let shared = Shared::new()?;
-    send_cq.reserve(caps.send_depth + 1)?;
+    let shared = Shared::new(on.clone())?;
+    send_cq.reserve(sq_slots + 1)?;
     if let Err(e) = recv_cq.reserve(recv_reserved) {
-        send_cq.unreserve(caps.send_depth + 1);
+        send_cq.unreserve(sq_slots + 1);
         return Err(e);
     }
     // SAFETY: All-zeroes is the "nothing requested" value of this plain C struct.
     let mut init: bindings::ib_qp_init_attr = unsafe { core::mem::zeroed() };
     init.qp_context = (&raw const *shared).cast_mut().cast();
+    init.event_handler = Some(qp_event);
     init.send_cq = send_cq.as_raw();
     init.recv_cq = recv_cq.as_raw();
     init.cap.max_send_wr = caps.send_depth + 1;
@@ -500,6 +577,8 @@ fn create(
     init.cap.max_send_sge = caps.send_sge;
     init.cap.max_recv_sge = caps.recv_sge;
     init.cap.max_inline_data = caps.max_inline;
+    init.cap.max_rdma_ctxs = caps.rdma_ctxs;
+    init.port_num = port;
     init.sq_sig_type = bindings::ib_sig_type_IB_SIGNAL_REQ_WR;
     init.srq = srq.map_or(core::ptr::null_mut(), |s| s.as_raw());
     init.qp_type = match qp_type {
@@ -510,7 +589,7 @@ fn create(
     let ptr = match make(pd.as_raw(), &mut init) {
         Ok(p) => p,
         Err(e) => {
-            send_cq.unreserve(caps.send_depth + 1);
+            send_cq.unreserve(sq_slots + 1);
             recv_cq.unreserve(recv_reserved);
             return Err(e);
         }
@@ -528,6 +607,7 @@ fn create(
         caps,
         port: 0,
         sq_psn,
+        sq_slots,
         recv_reserved,
         keep: ManuallyDrop::new(Keep {
             shared,
@@ -587,6 +667,14 @@ impl<S: State> Qp<S> {
         self.inner.srq()
     }
 
+    /// Gives the QP a handler of its asynchronous events ([`AsyncHandler`]), once, right after
+    /// creating it: events raised before are not delivered. `EBUSY` if it has one already,
+    /// `EAGAIN` in atomic context, `ENOSPC` when the handler's module cannot be tracked. The
+    /// handler lives, and holds its module, until the QP is destroyed. May sleep.
+    pub fn set_event_handler<H: AsyncHandler>(&self, handler: Arc<H>) -> Result {
+        self.inner.shared().events.set(handler)
+    }
+
     /// Send requests outstanding (posted, not yet completed).
     pub fn send_outstanding(&self) -> u32 {
         self.inner.shared().sq_used.load(Ordering::Acquire)
@@ -602,7 +690,7 @@ impl<S: State> Qp<S> {
         if self.inner.port == 0 {
             return Err(EINVAL);
         }
-        let gid = self.pd().device().find_gid(self.inner.port)?;
+        let gid = self.pd().device().preferred_gid(self.inner.port)?;
         Ok(Endpoint {
             qpn: self.qpn(),
             gid: gid.gid,

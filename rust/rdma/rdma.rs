@@ -29,6 +29,7 @@ pub mod mr;
 pub mod owner;
 pub mod pd;
 pub mod qp;
+pub mod rw;
 pub mod srq;
 pub mod sync;
 pub mod wr;

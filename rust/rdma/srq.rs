@@ -47,6 +47,7 @@
 use super::{
     cq::{Cq, Orphan},
     defer::{Deferred, Teardown},
+    event::{AsyncHandler, EventSlot},
     owner::{Owner, OwnerCell},
     pd::Pd,
     sync::{atomic, sleepable, PostGate, PostTicket, SpinLockBh},
@@ -57,7 +58,7 @@ use crate::{
         KBox, KVec,
     },
     bindings,
-    error::{code::EINVAL, from_err_ptr, Result},
+    error::{code::EINVAL, from_err_ptr, Error, Result},
     new_spinlock_bh,
     prelude::*,
     sync::Arc,
@@ -134,6 +135,33 @@ pub(crate) struct Shared {
     pub(crate) gate: PostGate,
     /// The module whose requests are posted here.
     pub(crate) owner: OwnerCell,
+    /// The owner's handler of the SRQ's asynchronous events.
+    events: EventSlot,
+}
+
+/// The `event_handler` of every SRQ. Not generic, so built into the kernel.
+///
+/// # Safety
+///
+/// Called by the driver with a valid event of an SRQ created by this module, whose
+/// `srq_context` is its `Shared`.
+unsafe extern "C" fn srq_event(event: *mut bindings::ib_event, context: *mut core::ffi::c_void) {
+    // SAFETY: `context` is the SRQ's `Shared`, freed only after the SRQ is destroyed, after
+    // which no event is raised.
+    let shared = unsafe { &*context.cast::<Shared>() };
+    // SAFETY: `event` is valid for the call.
+    unsafe { shared.events.raise(event) };
+}
+
+/// What the device reports of an SRQ (`struct ib_srq_attr`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SrqAttr {
+    /// Receive requests the device holds at most (at least the depth asked for).
+    pub max_wr: u32,
+    /// Scatter entries per receive at most.
+    pub max_sge: u32,
+    /// The armed limit, 0 when none is armed.
+    pub limit: u32,
 }
 
 impl Shared {
@@ -198,7 +226,7 @@ unsafe impl Sync for RawSrq {}
 impl Teardown for RawSrq {
     fn must_defer(&self) -> bool {
         // The teardown processes the CQ with its other pollers excluded: not from one of them.
-        atomic() || self.cq.in_handler()
+        atomic() || self.cq.in_handler() || self.shared.events.in_delivery()
     }
 }
 
@@ -238,6 +266,7 @@ impl Srq {
                 used: AtomicU32::new(0),
                 gate: PostGate::new(),
                 owner: OwnerCell::new(),
+                events: EventSlot::new(),
             }),
             GFP_KERNEL,
         )?;
@@ -245,6 +274,7 @@ impl Srq {
         // SAFETY: All-zeroes is the "nothing requested" value of this plain C struct.
         let mut init: bindings::ib_srq_init_attr = unsafe { core::mem::zeroed() };
         init.srq_context = (&raw const *shared).cast_mut().cast();
+        init.event_handler = Some(srq_event);
         init.attr.max_wr = depth;
         init.attr.max_sge = sge;
         init.srq_type = bindings::ib_srq_type_IB_SRQT_BASIC;
@@ -301,6 +331,56 @@ impl Srq {
     /// Scatter entries of one receive request at most.
     pub(crate) fn sge(&self) -> u32 {
         self.raw.sge
+    }
+
+    /// Gives the SRQ a handler of its asynchronous events ([`AsyncHandler`]), once, right after
+    /// creating it. `EBUSY` if it has one already, `EAGAIN` in atomic context. The handler lives
+    /// until the SRQ is destroyed. May sleep.
+    pub fn set_event_handler<H: AsyncHandler>(&self, handler: Arc<H>) -> Result {
+        self.raw.shared.events.set(handler)
+    }
+
+    /// Arms the SRQ's limit (`ib_modify_srq` of `IB_SRQ_LIMIT`): when fewer than `limit`
+    /// receives are left on it, the device raises
+    /// [`AsyncEvent::SrqLimitReached`](super::event::AsyncEvent::SrqLimitReached) once, and
+    /// disarms it. `EINVAL` for 0 or a limit not below the depth. May sleep.
+    pub fn arm_limit(&self, limit: u32) -> Result {
+        sleepable()?;
+        if limit == 0 || limit >= self.raw.depth {
+            return Err(EINVAL);
+        }
+        // SAFETY: All-zeroes is a valid `ib_srq_attr`; only `srq_limit` is read for this mask.
+        let mut attr: bindings::ib_srq_attr = unsafe { core::mem::zeroed() };
+        attr.srq_limit = limit;
+        // SAFETY: `ptr` is valid (invariant) and `attr` initialised.
+        let ret = unsafe {
+            bindings::ib_modify_srq(
+                self.raw.ptr,
+                &mut attr,
+                bindings::ib_srq_attr_mask_IB_SRQ_LIMIT,
+            )
+        };
+        if ret != 0 {
+            return Err(Error::from_errno(ret));
+        }
+        Ok(())
+    }
+
+    /// What the device reports of the SRQ (`ib_query_srq`). May sleep.
+    pub fn query(&self) -> Result<SrqAttr> {
+        sleepable()?;
+        // SAFETY: All-zeroes is a valid `ib_srq_attr`, filled in by the driver.
+        let mut attr: bindings::ib_srq_attr = unsafe { core::mem::zeroed() };
+        // SAFETY: `ptr` is valid (invariant) and `attr` writable.
+        let ret = unsafe { bindings::ib_query_srq(self.raw.ptr, &mut attr) };
+        if ret != 0 {
+            return Err(Error::from_errno(ret));
+        }
+        Ok(SrqAttr {
+            max_wr: attr.max_wr,
+            max_sge: attr.max_sge,
+            limit: attr.srq_limit,
+        })
     }
 
     /// Receive requests posted and not yet completed.

@@ -96,6 +96,7 @@ mod recv;
 mod send;
 
 pub use recv::RecvOps;
+pub(crate) use send::Chain;
 pub use send::SendOps;
 
 /// The most operations one [`Wr`] may chain into one post (`ib_post_send` list).

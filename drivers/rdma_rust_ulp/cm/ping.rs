@@ -279,7 +279,7 @@ impl Conn {
         fill_ping(&mut source, 0, self.size)?;
         let mut st = self.st.lock();
         for (slot, mr) in [&source, &sink].into_iter().enumerate() {
-            let r = mr.remote();
+            let r = mr.remote()?;
             if let Some(wr) = st.sends[slot].as_mut() {
                 Info {
                     addr: r.addr,

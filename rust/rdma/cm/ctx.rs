@@ -423,6 +423,14 @@ impl CreatedOn for IdCore {
         unsafe { bindings::rdma_destroy_qp(self.id()) };
         self.ctx().qp_claimed.store(false, Ordering::Release);
     }
+
+    fn established(&self) {
+        // SAFETY: The id is valid while `self` is, and the QP (whose event this is) is
+        // destroyed through it first. `rdma_notify` takes only spinlocks; it refuses (and we
+        // ignore) an id that is not connecting any more.
+        let _ =
+            unsafe { bindings::rdma_notify(self.id(), bindings::ib_event_type_IB_EVENT_COMM_EST) };
+    }
 }
 
 /// # Safety
@@ -477,6 +485,13 @@ unsafe fn translate<'a, H: Handler>(
         bindings::rdma_cm_event_type_RDMA_CM_EVENT_DEVICE_REMOVAL => Event::DeviceRemoval,
         bindings::rdma_cm_event_type_RDMA_CM_EVENT_ADDR_CHANGE => Event::AddrChange,
         bindings::rdma_cm_event_type_RDMA_CM_EVENT_TIMEWAIT_EXIT => Event::TimewaitExit,
+        bindings::rdma_cm_event_type_RDMA_CM_EVENT_MULTICAST_JOIN => {
+            // SAFETY: A join event holds UD parameters with the group's address vector; the id
+            // is valid.
+            let (ud, dev) = unsafe { (&ev.param.ud, (*id).device) };
+            Event::MulticastJoin(super::UdPeer { param: ud, dev })
+        }
+        bindings::rdma_cm_event_type_RDMA_CM_EVENT_MULTICAST_ERROR => Event::MulticastError(err()),
         other => Event::Other(other, status),
     }
 }

@@ -106,7 +106,7 @@ impl<D: Direction> DmaSg<D> {
         for page in pages.iter() {
             // SAFETY: `sg` is one of the table's entries (there are as many as pages) and the
             // page outlives the table (both are dropped together, the table first).
-            sg = unsafe { bindings::rdma_sg_set_page(sg, page.as_ptr()) };
+            sg = unsafe { bindings::rdma_sg_set_page(sg, page.as_ptr(), PAGE_SIZE as u32) };
         }
         let dev = pd.device().as_raw();
         // SAFETY: The table is initialised and describes pages that live as long as it.

@@ -76,7 +76,7 @@ impl QpInner {
         )
     }
 
-    fn qpn(&self) -> u32 {
+    pub(super) fn qpn(&self) -> u32 {
         // SAFETY: `ptr` is valid (invariant).
         unsafe { (*self.ptr).qp_num }
     }
@@ -219,6 +219,7 @@ impl Drop for QpInner {
         if let Some(srq) = self.srq() {
             srq.detach(self.ptr);
         }
+        self.detach_all();
         let ret = match &self.keep.on {
             Some(on) => {
                 on.destroy_qp(self.ptr);
@@ -244,7 +245,7 @@ impl Drop for QpInner {
             // SAFETY: The QP is destroyed: nothing refers to the request any more.
             unsafe { orphan.flush(&keep.send_cq) };
         }
-        keep.send_cq.unreserve(self.caps.send_depth + 1);
+        keep.send_cq.unreserve(self.sq_slots + 1);
         keep.recv_cq.unreserve(self.recv_reserved);
         // No handler of the requests' module runs for this QP any more; its hold goes last,
         // once nothing of the QP is left.

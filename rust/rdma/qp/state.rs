@@ -70,8 +70,22 @@ pub enum QpState {
     Err,
 }
 
+impl QpState {
+    pub(crate) fn from_raw(s: bindings::ib_qp_state) -> Self {
+        match s {
+            bindings::ib_qp_state_IB_QPS_RESET => QpState::Reset,
+            bindings::ib_qp_state_IB_QPS_INIT => QpState::Init,
+            bindings::ib_qp_state_IB_QPS_RTR => QpState::Rtr,
+            bindings::ib_qp_state_IB_QPS_RTS => QpState::Rts,
+            bindings::ib_qp_state_IB_QPS_SQD => QpState::Sqd,
+            bindings::ib_qp_state_IB_QPS_SQE => QpState::Sqe,
+            _ => QpState::Err,
+        }
+    }
+}
+
 /// An all-zero `ib_qp_attr`, in which only the fields a mask names are read.
-fn zeroed_attr() -> bindings::ib_qp_attr {
+pub(super) fn zeroed_attr() -> bindings::ib_qp_attr {
     // SAFETY: All-zeroes is a valid `ib_qp_attr` (plain C data).
     unsafe { core::mem::zeroed() }
 }
@@ -101,7 +115,8 @@ impl QpInner {
 
 impl Qp<Reset> {
     /// Moves an RC QP to Init on `port`, granting peers `access` to this QP's memory
-    /// (`ib_modify_qp`). `EINVAL` for a UD QP or a port outside the device.
+    /// (`ib_modify_qp`). `EINVAL` for a UD QP, a port outside the device, or another port than
+    /// [`QpCaps::port`](super::QpCaps::port) when the QP was made for `rdma_ctxs`.
     pub fn to_init(self, port: u32, access: Access) -> Result<Qp<Init>> {
         if self.inner.qp_type != QpType::Rc {
             return Err(EINVAL);
@@ -131,7 +146,10 @@ impl Qp<Reset> {
     ) -> Result<Qp<Init>> {
         sleepable()?;
         self.inner.check_manual()?;
-        if !self.pd().device().ports().contains(&port) {
+        let caps = &self.inner.caps;
+        // The core sized the QP's rdma_rw resources for the port it was created for.
+        if !self.pd().device().ports().contains(&port) || (caps.rdma_ctxs > 0 && caps.port != port)
+        {
             return Err(EINVAL);
         }
         let mut attr = zeroed_attr();
@@ -167,7 +185,7 @@ impl Qp<Init> {
             Some(m) => m,
             None => dev.query_port(port)?.active_mtu().ok_or(EINVAL)?,
         };
-        let sgid = dev.find_gid(port)?;
+        let sgid = dev.preferred_gid(port)?;
         let rd_atomic = u32::from(p.max_rd_atomic)
             .min(dev.attrs().max_qp_rd_atom())
             .max(1);
@@ -266,28 +284,7 @@ impl Qp<Rtr> {
 impl<S: State> Qp<S> {
     /// Queries the state the device has the QP in (`ib_query_qp`). May sleep.
     pub fn query_state(&self) -> Result<QpState> {
-        sleepable()?;
-        let mut attr = zeroed_attr();
-        // SAFETY: All-zeroes is a valid value of this plain C struct, which is written only.
-        let mut init: bindings::ib_qp_init_attr = unsafe { core::mem::zeroed() };
-        // SAFETY: `ptr` is valid (invariant) and both out-parameters are writable.
-        to_result(unsafe {
-            bindings::ib_query_qp(
-                self.inner.ptr,
-                &mut attr,
-                bindings::ib_qp_attr_mask_IB_QP_STATE as i32,
-                &mut init,
-            )
-        })?;
-        Ok(match attr.qp_state {
-            bindings::ib_qp_state_IB_QPS_RESET => QpState::Reset,
-            bindings::ib_qp_state_IB_QPS_INIT => QpState::Init,
-            bindings::ib_qp_state_IB_QPS_RTR => QpState::Rtr,
-            bindings::ib_qp_state_IB_QPS_RTS => QpState::Rts,
-            bindings::ib_qp_state_IB_QPS_SQD => QpState::Sqd,
-            bindings::ib_qp_state_IB_QPS_SQE => QpState::Sqe,
-            _ => QpState::Err,
-        })
+        Ok(self.query()?.state)
     }
 
     /// Moves the QP to the error state: every outstanding request completes with

@@ -66,9 +66,9 @@ impl Qp<Rts> {
         // pointers to objects owned by the request.
         or_cancel!(build(unsafe { p.data() }, &mut ops), p);
         or_cancel!(ops.check(inner), p);
-        let n = ops.len() as u32;
+        let n = ops.wqes();
         let _ticket: PostTicket<'_> = or_cancel!(shared.admit(p.owner()), p);
-        or_cancel!(reserve(&shared.sq_used, n, inner.caps.send_depth), p);
+        or_cancel!(reserve(&shared.sq_used, n, inner.sq_slots), p);
         p.set_slots(n);
         shared.posted.store(true, Ordering::Release);
         let head = ops.link(p.cqe());
@@ -77,6 +77,7 @@ impl Qp<Rts> {
         // copies them); the memory belongs to the request, which the device owns from now on.
         let ret = unsafe { bindings::ib_post_send(inner.ptr, head, &mut bad) };
         if ret == 0 {
+            ops.commit();
             p.posted();
             return Ok(());
         }
@@ -94,6 +95,7 @@ impl Qp<Rts> {
             self.qpn(),
             ret
         );
+        ops.commit();
         shared.break_off(n, p.orphan());
         p.posted();
         Ok(())

@@ -16,7 +16,11 @@ use crate::{
         qp::{QpInner, QpType},
     },
 };
-use core::{marker::PhantomData, ops::Range};
+use core::{
+    marker::PhantomData,
+    ops::Range,
+    sync::atomic::{AtomicBool, Ordering},
+};
 
 /// One send-queue operation as the C API lays it out: every variant starts with `ib_send_wr`.
 #[repr(C)]
@@ -39,6 +43,23 @@ enum List {
     Scatter,
     /// An inline SEND (CPU addresses), an atomic's result, or no memory at all.
     Fixed,
+    /// A chain the core prepared ([`Chain`]); `wrs` holds nothing for it.
+    Chain,
+}
+
+/// A chain of send work requests that the RDMA core prepared for one QP (an `rdma_rw_ctx`:
+/// RDMA READs or WRITEs, with the memory registrations they need), posted as one operation.
+/// The context is linked in front of the operation after it, or made the signaled end of the
+/// request, with `rdma_rw_ctx_wrs` when the request is posted.
+#[derive(Clone, Copy)]
+pub(crate) struct Chain {
+    /// An initialised context, exclusively lent to the request being built.
+    pub(crate) ctx: *mut bindings::rdma_rw_ctx,
+    /// The QP the context was made for, and its port.
+    pub(crate) qp: *mut bindings::ib_qp,
+    pub(crate) port: u32,
+    /// Send queue entries the chain takes.
+    pub(crate) wqes: u32,
 }
 
 /// The operations of one send [`Wr`](super::Wr), chained and posted with one `ib_post_send`.
@@ -96,6 +117,11 @@ pub struct SendOps<'a> {
     n: usize,
     inline_len: [u32; MAX_OPS],
     ud_ops: usize,
+    chains: [Option<Chain>; MAX_OPS],
+    /// Registration states of MRs to update once the device has taken the request.
+    marks: [Option<(&'a AtomicBool, bool)>; MAX_OPS],
+    /// An operation that only iWARP has (READ with invalidate) is in the list.
+    iwarp_only: bool,
     _p: PhantomData<&'a mut ()>,
 }
 
@@ -115,6 +141,9 @@ impl<'a> SendOps<'a> {
             n: 0,
             inline_len: [0; MAX_OPS],
             ud_ops: 0,
+            chains: [None; MAX_OPS],
+            marks: [None; MAX_OPS],
+            iwarp_only: false,
             _p: PhantomData,
         }
     }
@@ -209,6 +238,23 @@ impl<'a> SendOps<'a> {
         range: Range<usize>,
     ) -> Result<&mut Self> {
         self.extend(List::Scatter, &*dst, range)
+    }
+
+    /// SEND `range` of `src` and invalidate `rkey` at the receiver (`IB_WR_SEND_WITH_INV`,
+    /// RC): the receiver's MR with that rkey grants no access from the moment the message
+    /// arrives, and its receive completion says so ([`Wc::invalidated_rkey`]). How a storage
+    /// target answers a command whose buffer it is done with.
+    ///
+    /// [`Wc::invalidated_rkey`]: crate::rdma::cq::Wc::invalidated_rkey
+    pub fn send_inv<M: Gather + ?Sized>(
+        &mut self,
+        src: &'a M,
+        range: Range<usize>,
+        rkey: u32,
+    ) -> Result<&mut Self> {
+        let wr = self.gathering(bindings::ib_wr_opcode_IB_WR_SEND_WITH_INV, src, range)?;
+        wr.send.ex.invalidate_rkey = rkey;
+        Ok(self)
     }
 
     /// SEND `range` of `buf` inline: the driver copies the bytes at post time. The length must
@@ -395,26 +441,89 @@ impl<'a> SendOps<'a> {
         )
     }
 
-    /// Invalidate `rkey` locally: remote access with it fails from now on.
-    pub fn local_inv(&mut self, rkey: u32) -> Result<&mut Self> {
+    /// Adds a chain the core prepared; the caller lends its context to the request for `'a`.
+    pub(crate) fn chain(&mut self, chain: Chain) -> Result<&mut Self> {
+        let i = self.n;
+        self.push(bindings::ib_wr_opcode_IB_WR_RDMA_WRITE, List::Chain)?;
+        self.chains[i] = Some(chain);
+        Ok(self)
+    }
+
+    /// Records that `mr`'s registration state becomes `registered` if the request is posted.
+    fn mark(&mut self, mr: &'a Mr, registered: bool) {
+        self.marks[self.n - 1] = Some((mr.registered(), registered));
+    }
+
+    /// Invalidate `mr`'s rkey locally (`IB_WR_LOCAL_INV`): remote access with it fails once
+    /// this operation has executed, and the MR counts as unregistered from the post on.
+    /// `EINVAL` for an MR of another PD.
+    pub fn local_inv(&mut self, mr: &'a Mr) -> Result<&mut Self> {
+        self.pd.check(mr.pd())?;
         let wr = self.push(bindings::ib_wr_opcode_IB_WR_LOCAL_INV, List::Fixed)?;
-        wr.send.ex.invalidate_rkey = rkey;
+        wr.send.ex.invalidate_rkey = mr.rkey();
+        self.mark(mr, false);
+        Ok(self)
+    }
+
+    /// RDMA READ from `remote` into all of `mr`'s memory, then invalidate `mr`
+    /// (`IB_WR_RDMA_READ_WITH_INV`). Only iWARP devices have it: `EOPNOTSUPP` when posted on
+    /// another port (soft-RoCE takes the opcode but does not invalidate), `EINVAL` for an MR
+    /// that is not registered or of another PD.
+    pub fn read_inv(&mut self, mr: &'a mut Mr, remote: Remote) -> Result<&mut Self> {
+        let mr: &'a Mr = mr;
+        if !mr.is_registered() {
+            return Err(EINVAL);
+        }
+        self.pd.check(mr.pd())?;
+        let slot = self.used;
+        if slot >= MAX_SGE {
+            return Err(EINVAL);
+        }
+        let length = u32::try_from(mr.len()).map_err(|_| EINVAL)?;
+        let i = self.n;
+        let wr = self.push(bindings::ib_wr_opcode_IB_WR_RDMA_READ_WITH_INV, List::Fixed)?;
+        wr.send.ex.invalidate_rkey = mr.lkey();
+        set_remote(wr, remote);
+        // The sink is named through the MR itself: its I/O virtual address and lkey.
+        self.sges[slot] = bindings::ib_sge {
+            addr: mr.iova(),
+            length,
+            lkey: mr.lkey(),
+        };
+        self.used += 1;
+        self.count[i] = 1;
+        self.iwarp_only = true;
+        self.mark(mr, false);
         Ok(self)
     }
 
     /// Registers `mr` (mapped with [`Mr::map`] or [`Mr::map_sg`]; `EINVAL` if not, or if it is
     /// on another PD than the QP's) for `access` under its current keys (`IB_WR_REG_MR`). Local
-    /// write access is always included: the device needs it for remote writes.
+    /// write access is always included: the device needs it for remote writes. `EBUSY` while
+    /// the MR is still registered: invalidate it first (locally, or by the peer), then
+    /// [`Mr::bump_key`] so that the old rkey stays dead. The MR counts as registered from the
+    /// post on.
     pub fn reg_mr(&mut self, mr: &'a Mr, access: Access) -> Result<&mut Self> {
         if !mr.is_mapped() {
             return Err(EINVAL);
+        }
+        if mr.is_registered() {
+            return Err(EBUSY);
         }
         self.pd.check(mr.pd())?;
         let wr = self.push(bindings::ib_wr_opcode_IB_WR_REG_MR, List::Fixed)?;
         wr.reg.mr = mr.as_raw();
         wr.reg.key = mr.rkey();
         wr.reg.access = (access | Access::LOCAL_WRITE).bits() as i32;
+        self.mark(mr, true);
         Ok(self)
+    }
+
+    /// The device took the request: the MRs it registers or invalidates change state.
+    pub(crate) fn commit(&self) {
+        for (state, registered) in self.marks[..self.n].iter().flatten() {
+            state.store(*registered, Ordering::Release);
+        }
     }
 
     fn flag(&mut self, set: i32, clear: i32) -> &mut Self {
@@ -443,17 +552,25 @@ impl<'a> SendOps<'a> {
         self.flag(bindings::ib_send_flags_IB_SEND_SOLICITED, 0)
     }
 
-    /// The number of operations.
-    pub(crate) fn len(&self) -> usize {
-        self.n
+    /// The send queue entries the operations take: one each, and what each chain needs.
+    pub(crate) fn wqes(&self) -> u32 {
+        self.chains[..self.n]
+            .iter()
+            .map(|c| c.map_or(1, |c| c.wqes))
+            .sum()
     }
 
     /// `EINVAL` unless the operations fit `qp`: at least one, inline sends within its
-    /// `max_inline`, lists within its `send_sge`, UD sends on UD and RDMA or atomics on RC only.
+    /// `max_inline`, lists within its `send_sge`, UD sends on UD and RDMA or atomics on RC only,
+    /// chains prepared for this very QP; `EOPNOTSUPP` for an iWARP operation on another port.
     pub(crate) fn check(&self, qp: &QpInner) -> Result {
+        if self.iwarp_only && !qp.pd().device().is_iwarp(qp.port) {
+            return Err(EOPNOTSUPP);
+        }
         let n = self.n;
         let ud = qp.qp_type == QpType::Ud;
         let fits = n > 0
+            && self.chains[..n].iter().flatten().all(|c| c.qp == qp.ptr)
             && self.inline_len[..n]
                 .iter()
                 .all(|&l| l <= qp.caps.max_inline)
@@ -474,16 +591,26 @@ impl<'a> SendOps<'a> {
 
     /// Links the operations into a list whose last entry carries `cqe`; returns its head.
     ///
-    /// `self` must not move until the list has been posted.
+    /// `self` must not move until the list has been posted, and the contexts of its chains
+    /// must be lent to the request being posted (as [`SendOps::chain`] requires).
     pub(crate) fn link(&mut self, cqe: *mut bindings::ib_cqe) -> *const bindings::ib_send_wr {
         let n = self.n;
         let base = self.sges.as_mut_ptr();
-        for i in 0..n {
-            let next: *mut bindings::ib_send_wr = if i + 1 < n {
-                &raw mut self.wrs[i + 1].send
-            } else {
-                core::ptr::null_mut()
-            };
+        // Back to front: each operation continues with the head of the one after it.
+        let mut next: *mut bindings::ib_send_wr = core::ptr::null_mut();
+        for i in (0..n).rev() {
+            if let Some(c) = self.chains[i] {
+                let end = if next.is_null() {
+                    cqe
+                } else {
+                    core::ptr::null_mut()
+                };
+                // SAFETY: `c.ctx` is an initialised context for `c.qp` on `c.port`, lent to
+                // this request ([`SendOps::chain`]); with a null `next` its last request is
+                // signaled with `cqe`, otherwise it continues with `next`.
+                next = unsafe { bindings::rdma_rw_ctx_wrs(c.ctx, c.qp, c.port, end, next) };
+                continue;
+            }
             let sge = if self.count[i] > 0 {
                 base.wrapping_add(self.first[i])
             } else {
@@ -504,8 +631,9 @@ impl<'a> SendOps<'a> {
                 wr.__bindgen_anon_1.wr_cqe = core::ptr::null_mut();
                 wr.send_flags &= !signaled;
             }
+            next = wr;
         }
-        &raw const self.wrs[0].send
+        next
     }
 }
 

@@ -99,13 +99,26 @@ load_rxe() {
 }
 
 # One guest: rxe0 on veth0 and rxe1 on veth1, the two ends of one veth pair.
-setup_loopback() {
+# setup_veths: the loopback guest's two netdevs, with IPv4 and IPv6 addresses
+# (no duplicate address detection: the addresses are usable at once; kept when
+# a test takes the link down and up, as IPv4 addresses are).
+setup_veths() {
 	ip link set lo up
+	for c in all default; do
+		echo 0 > /proc/sys/net/ipv6/conf/$c/accept_dad
+		echo 1 > /proc/sys/net/ipv6/conf/$c/keep_addr_on_down
+	done
 	ip link add veth0 type veth peer name veth1
 	ip addr add 10.77.0.1/24 dev veth0
 	ip addr add 10.77.1.1/24 dev veth1
+	ip -6 addr add fd77::1/64 dev veth0 nodad
+	ip -6 addr add fd77:1::1/64 dev veth1 nodad
 	ip link set veth0 up
 	ip link set veth1 up
+}
+
+setup_loopback() {
+	setup_veths
 	load_rxe && add_rxe rxe0 veth0 && add_rxe rxe1 veth1
 }
 
@@ -123,26 +136,9 @@ rping_pair() {
 	[ $crc = 0 ] && [ $src = 0 ]
 }
 
-# --- modes ----------------------------------------------------------------------
-mode_test() {
-	if [ "$(arg rdmatest.only)" = cm ]; then
-		setup_loopback; ulp_cm; return
-	fi
-	suite_begin rdma_setup
-	check modprobe_rdma_rxe load_rxe
-	ip link set lo up
-	ip link add veth0 type veth peer name veth1
-	ip addr add 10.77.0.1/24 dev veth0
-	ip addr add 10.77.1.1/24 dev veth1
-	ip link set veth0 up
-	ip link set veth1 up
-	check rxe0_on_veth0_active add_rxe rxe0 veth0
-	check rxe1_on_veth1_active add_rxe rxe1 veth1
-	suite_end
-
-	# Leaks are judged against this point: what boot left behind is not ours.
-	echo clear > /sys/kernel/debug/kmemleak 2>/dev/null
-
+# kunit_suites: the kernel::rdma KUnit suites (they run when rdma_kunit loads),
+# then the module-unload check. Needs rxe0 and rxe1.
+kunit_suites() {
 	# Let fail_nth (rdma_verbs' constructor-failure case) fail sleeping
 	# allocations and single pages too, without a stack dump per failure.
 	for f in /sys/kernel/debug/failslab /sys/kernel/debug/fail_page_alloc; do
@@ -153,7 +149,6 @@ mode_test() {
 	[ -d /sys/kernel/debug/fail_page_alloc ] &&
 		echo 0 > /sys/kernel/debug/fail_page_alloc/min-order
 
-	# kernel::rdma KUnit suites: they run when the module loads.
 	insmod /lib/modules/extra/rdma_kunit.ko || say "rdmatest: insmod rdma_kunit failed"
 	rmmod rdma_kunit
 	kmsg "rdmatest: after rdma_kunit: rxe0 counters: $(counters rxe0)"
@@ -162,6 +157,25 @@ mode_test() {
 	suite_begin rdma_module_unload
 	check unload_waits_for_callbacks orphan_unload
 	suite_end
+}
+
+# --- modes ----------------------------------------------------------------------
+mode_test() {
+	case "$(arg rdmatest.only)" in
+	cm) setup_loopback; ulp_cm; return ;;
+	kunit) setup_loopback; kunit_suites; return ;;
+	esac
+	suite_begin rdma_setup
+	check modprobe_rdma_rxe load_rxe
+	setup_veths
+	check rxe0_on_veth0_active add_rxe rxe0 veth0
+	check rxe1_on_veth1_active add_rxe rxe1 veth1
+	suite_end
+
+	# Leaks are judged against this point: what boot left behind is not ours.
+	echo clear > /sys/kernel/debug/kmemleak 2>/dev/null
+
+	kunit_suites
 
 	# The ULP: attaches to each device, follows link delete/add, detaches on rmmod.
 	suite_begin rdma_rust_ulp

@@ -5,10 +5,11 @@
 # socket network (rping, the ULP between the guests, over rdma_cm too).
 # Sourced by guest-init.sh (the VM's /init), whose helpers it uses.
 
-# Two guests on the 10.88.0.0/24 network of a QEMU socket backend.
+# Two guests on the 10.88.0.0/24 and fd88::/64 networks of a QEMU socket backend.
 setup_peer() {
 	ip link set lo up
 	ip addr add "$1/24" dev eth0
+	ip -6 addr add "$2/64" dev eth0 nodad
 	ip link set eth0 up
 	load_rxe && add_rxe rxe0 eth0
 }
@@ -109,6 +110,17 @@ cm_peer_b_ulp_to_rping() {
 	ulp_cm_start cm=client addr=10.88.0.1 port=7302 size=64 count="$count" wait=1 || return 1
 	ulp_clean "$(ulp_last_id)" "$count" 0
 }
+# The same over IPv6.
+cm_peer_a_rping_serves6() {
+	timeout 300 rping -s -a fd88::1 -p 7306 -V > /tmp/rping-srv 2>&1
+	rc=$?
+	rping_log /tmp/rping-srv "rping -s -a fd88::1 -p 7306 -V (exit $rc)"
+	[ $rc = 0 ]
+}
+cm_peer_b_ulp_to_rping6() {
+	ulp_cm_start cm=client addr=fd88::1 port=7306 size=64 count="$count" wait=1 || return 1
+	ulp_clean "$(ulp_last_id)" "$count" 0
+}
 # ULP to ULP, RC (a serves) and UD (b serves).
 cm_peer_a_rc_server() {
 	local id
@@ -170,7 +182,7 @@ cm_peer_b_link_delete_client() {
 
 mode_peer_a() {
 	suite_begin rdma_peer_a
-	check rxe0_on_eth0 setup_peer 10.88.0.1
+	check rxe0_on_eth0 setup_peer 10.88.0.1 fd88::1
 	check ping_peer wait_for 60 ping -c 1 -W 1 10.88.0.2
 	# One connection: the client's run; -V verifies every payload.
 	check rping_server timeout 240 rping -s -a 10.88.0.1 -C "$count" -S "$size" -V
@@ -180,17 +192,25 @@ mode_peer_a() {
 	check ulp_ud_client_to_peer ulp_peer_ud_client
 	check cm_rping_client_to_peer_ulp_server cm_peer_a_rping_to_ulp
 	check cm_rping_server_for_peer_ulp_client cm_peer_a_rping_serves
+	check cm_rping_server_for_peer_ulp_client_ipv6 cm_peer_a_rping_serves6
 	check cm_ulp_rc_server_for_peer cm_peer_a_rc_server
 	check cm_ulp_ud_client_to_peer cm_peer_a_ud_client
 	check cm_peer_link_delete_seen cm_peer_a_link_delete_server
 	cat $ULP/stats | while IFS= read -r l; do kmsg "rdmatest: peer-a: $l"; done
 	check ulp_rmmod timeout 30 rmmod rdma_rust_ulp
 	suite_end
+
+	# The core's R/W API on its MR path: this guest boots with
+	# ib_core.force_mr=1, and rdma_storage's cases check that the path is taken.
+	# No newline: the parameter is taken verbatim.
+	printf rdma_storage > /sys/module/kunit/parameters/filter_glob
+	insmod /lib/modules/extra/rdma_kunit.ko || say "rdmatest: insmod rdma_kunit failed"
+	rmmod rdma_kunit
 }
 
 mode_peer_b() {
 	suite_begin rdma_peer_b
-	check rxe0_on_eth0 setup_peer 10.88.0.2
+	check rxe0_on_eth0 setup_peer 10.88.0.2 fd88::2
 	check ping_peer wait_for 60 ping -c 1 -W 1 10.88.0.1
 	ping -c 20 -i 0.05 10.88.0.1 | tail -n 1 > /tmp/ping
 	# The server may not be listening yet: retry while the connection is refused.
@@ -218,6 +238,7 @@ mode_peer_b() {
 	check ulp_ud_server_from_peer ulp_peer_ud_server
 	check cm_ulp_server_for_peer_rping cm_peer_b_serve_rping
 	check cm_ulp_client_to_peer_rping_server cm_peer_b_ulp_to_rping
+	check cm_ulp_client_to_peer_rping_server_ipv6 cm_peer_b_ulp_to_rping6
 	check cm_ulp_rc_client_to_peer cm_peer_b_rc_client
 	check cm_ulp_ud_server_for_peer cm_peer_b_ud_server
 	check cm_link_delete_under_connection cm_peer_b_link_delete_client

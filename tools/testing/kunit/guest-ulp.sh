@@ -221,11 +221,12 @@ ulp_cm_start() {
 # ulp_cm_serve_rping ADDR PORT COUNT SIZE...: the ULP listens on ADDR:PORT, and
 # `rping -c -v -V` pings it COUNT times with each SIZE in turn: rping exits 0 and
 # prints every ping; the server run counts every round trip, all intact.
+# ULP_ADDR, if set, is the ULP's spelling of ADDR (a link-local scope as a number).
 ulp_cm_serve_rping() {
 	local a=$1 port=$2 n=$3 id rc size total=0
 	shift 3
 	for size in "$@"; do total=$((total + n)); done
-	ulp_ctl start cm=server addr="$a" port="$port" count="$total" || return 1
+	ulp_ctl start cm=server addr="${ULP_ADDR:-$a}" port="$port" count="$total" || return 1
 	id=$(ulp_last_id)
 	for size in "$@"; do
 		timeout 300 rping -c -a "$a" -p "$port" -C "$n" -S "$size" -v -V > /tmp/rping-ulp 2> /tmp/rping-ulp.err
@@ -240,6 +241,14 @@ ulp_cm_serve_rping() {
 	done
 	ulp_ctl wait id="$id" || return 1
 	ulp_clean "$id" "$total" 1
+}
+# ulp_cm_link_local PORT: ulp_cm_serve_rping on veth0's IPv6 link-local address.
+ulp_cm_link_local() {
+	local ll idx
+	ll=$(ip -6 addr show dev veth0 scope link | awk '/inet6/ { sub("/.*", "", $2); print $2; exit }')
+	idx=$(cat /sys/class/net/veth0/ifindex)
+	[ -n "$ll" ] || { echo "veth0 has no link-local address"; return 1; }
+	ULP_ADDR="$ll%$idx" ulp_cm_serve_rping "$ll%veth0" "$1" 100 64
 }
 # rping_to ADDR PORT COUNT SIZE: `rping -c -v -V` to a server on another host,
 # retried while it is not listening yet; rping exits 0 and prints every ping.
@@ -341,6 +350,8 @@ ulp_cm() {
 	rdma_resources > /tmp/res-before
 	check insmod insmod /lib/modules/extra/rdma_rust_ulp.ko
 	check rping_client_to_ulp_server ulp_cm_serve_rping 10.77.0.1 7201 1000 64 4096
+	check rping_client_to_ulp_server_ipv6 ulp_cm_serve_rping fd77::1 7211 100 64 4096
+	check rping_client_to_ulp_server_link_local ulp_cm_link_local 7212
 	check ulp_client_to_rping_server ulp_cm_ping_rping 10.77.0.1 7202 1000 64
 	check ulp_client_to_ulp_server_rc ulp_cm_pair 10.77.0.1 7203 rc 300 4096
 	check ulp_client_to_ulp_server_ud ulp_cm_pair 10.77.0.1 7204 ud 300 1024

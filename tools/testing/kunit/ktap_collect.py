@@ -137,8 +137,15 @@ def main():
     ap.add_argument('--expect', default='', help='comma-separated suites that must be present')
     ap.add_argument('--guest', action='append', default=[],
                     help='NAME=LOG=STATUS: a guest, its console log, and "ok" or why it failed')
+    ap.add_argument('--rename', action='append', default=[],
+                    help='GUEST:SUITE=NEW: report SUITE of GUEST as NEW (a suite that runs '
+                         'again in another guest, under other conditions)')
     ap.add_argument('--out', required=True)
     args = ap.parse_args()
+    renames = {}
+    for spec in args.rename:
+        where, new = spec.split('=', 1)
+        renames[tuple(where.split(':', 1))] = new
 
     suites = []  # (name, lines, 'ok' | 'fail')
     for spec in args.guest:
@@ -151,6 +158,10 @@ def main():
             status = f'no console log: {e}'
         for name, block, verdict in suite_blocks(lines):
             name = name or 'unnamed'
+            new = renames.get((gname, name))
+            if new:
+                block = [f'    # Subtest: {new}' if SUBTEST.match(l) else l for l in block]
+                name = new
             if verdict is None:
                 block.append('    # the kernel log ended inside this suite (crash or hang)')
                 suites.append((name, block, 'fail'))

@@ -11,7 +11,8 @@
 # VM_TIMEOUT (seconds per boot, default 1800), PEER_COUNT/PEER_SIZE (rping
 # between the two guests), TOPOLOGY=loopback|peers|all (default all),
 # RDMATEST_EXTRA (more loopback-guest arguments; rdmatest.only=cm runs only the
-# rdma_cm suite there, for quick iterations).
+# rdma_cm suite there, rdmatest.only=kunit only the KUnit suites and the module
+# unload check, for quick iterations).
 . "$(dirname "$0")/lib.sh"
 
 mode=${1:-test}
@@ -76,7 +77,9 @@ peers() {
 	local common="rdmatest.count=$PEER_COUNT rdmatest.size=$PEER_SIZE"
 	# The loopback guest has more to do: the peers take the CPU it leaves.
 	local VM_NICE=10
-	vm peer-a "rdmatest=peer-a $common" -smp 1 \
+	# ib_core.force_mr=1: peer-a runs rdma_storage again on the MR path of the
+	# core's R/W API (reported as rdma_storage_mr).
+	vm peer-a "rdmatest=peer-a $common ib_core.force_mr=1" -smp 1 \
 		-netdev socket,id=n0,listen=127.0.0.1:"$port" \
 		-device virtio-net-pci,netdev=n0,mac=52:54:00:88:00:01 &
 	local pa=$!
@@ -128,15 +131,21 @@ t_vm=$(($(date +%s) - t1))
 
 if [ "$TOPOLOGY" != peers ]; then
 	guests+=(--guest "loopback=$run_dir/loopback.log=$(cat "$run_dir/loopback.status")")
-	expect+=,rdma_setup,rdma_device,rdma_verbs,rdma_soundness,rdma_client,rdma_module_unload,rdma_rust_ulp,rdma_ulp_traffic,rdma_samples,rdma_loopback,rdma_leaks
+	kunit=rdma_device,rdma_verbs,rdma_soundness,rdma_storage,rdma_async,rdma_client,rdma_module_unload
+	case "${RDMATEST_EXTRA:-}" in
+	*rdmatest.only=kunit*) expect+=,$kunit ;;
+	*rdmatest.only=cm*) expect+=,rdma_ulp_cm ;;
+	*) expect+=,rdma_setup,$kunit,rdma_rust_ulp,rdma_ulp_traffic,rdma_ulp_cm,rdma_samples,rdma_loopback,rdma_leaks ;;
+	esac
 fi
 if [ "$TOPOLOGY" != loopback ]; then
 	guests+=(--guest "peer_a=$run_dir/peer-a.log=$(cat "$run_dir/peer-a.status")")
 	guests+=(--guest "peer_b=$run_dir/peer-b.log=$(cat "$run_dir/peer-b.status")")
-	expect+=,rdma_peer_a,rdma_peer_b
+	expect+=,rdma_peer_a,rdma_peer_b,rdma_storage_mr
 fi
 
-python3 "$KUNIT_DIR/ktap_collect.py" --expect "$expect" "${guests[@]}" --out "$run_dir/results.ktap"
+python3 "$KUNIT_DIR/ktap_collect.py" --expect "$expect" "${guests[@]}" \
+	--rename peer_a:rdma_storage=rdma_storage_mr --out "$run_dir/results.ktap"
 python3 "$KSRC/tools/testing/kunit/kunit.py" parse --json="$run_dir/results.json" \
 	< "$run_dir/results.ktap" | tee "$run_dir/kunit.txt" || true
 grep -h 'rdmatest: rping' "$run_dir"/peer-b.log 2>/dev/null | sed 's/^\[[ 0-9.]*\] //' || true

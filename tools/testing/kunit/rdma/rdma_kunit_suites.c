@@ -124,6 +124,10 @@ RDMA_KUNIT_CASE(rdma_kunit_verbs_drain_queues)
 RDMA_KUNIT_CASE(rdma_kunit_verbs_mr_sg)
 RDMA_KUNIT_CASE(rdma_kunit_verbs_ctor_failures)
 RDMA_KUNIT_CASE(rdma_kunit_verbs_gather_scatter)
+RDMA_KUNIT_CASE(rdma_kunit_verbs_query)
+RDMA_KUNIT_CASE(rdma_kunit_verbs_ud_reply)
+RDMA_KUNIT_CASE(rdma_kunit_verbs_cm_options)
+RDMA_KUNIT_CASE(rdma_kunit_verbs_multicast)
 RDMA_KUNIT_CASE(rdma_kunit_sound_last_refs_in_handler)
 RDMA_KUNIT_CASE(rdma_kunit_sound_foreign_objects)
 RDMA_KUNIT_CASE(rdma_kunit_sound_cm_one_qp)
@@ -132,6 +136,12 @@ RDMA_KUNIT_CASE(rdma_kunit_sound_late_completion)
 RDMA_KUNIT_CASE(rdma_kunit_sound_srq_flush_context)
 RDMA_KUNIT_CASE(rdma_kunit_sound_drain_in_build)
 RDMA_KUNIT_CASE(rdma_kunit_sound_concurrent_drain)
+RDMA_KUNIT_CASE(rdma_kunit_rw_read_write)
+RDMA_KUNIT_CASE(rdma_kunit_rw_chained_response)
+RDMA_KUNIT_CASE(rdma_kunit_rw_refusals)
+RDMA_KUNIT_CASE(rdma_kunit_rw_remote_invalidate)
+RDMA_KUNIT_CASE(rdma_kunit_async_srq_limit)
+RDMA_KUNIT_CASE(rdma_kunit_async_cq_resize)
 
 static struct kunit_case rdma_client_cases[] = {
 	KUNIT_CASE(rdma_kunit_client_add_each_device_case),
@@ -178,6 +188,10 @@ static struct kunit_case rdma_verbs_cases[] = {
 	KUNIT_CASE(rdma_kunit_verbs_drain_queues_case),
 	KUNIT_CASE(rdma_kunit_verbs_mr_sg_case),
 	KUNIT_CASE(rdma_kunit_verbs_gather_scatter_case),
+	KUNIT_CASE(rdma_kunit_verbs_query_case),
+	KUNIT_CASE(rdma_kunit_verbs_ud_reply_case),
+	KUNIT_CASE(rdma_kunit_verbs_cm_options_case),
+	KUNIT_CASE(rdma_kunit_verbs_multicast_case),
 	KUNIT_CASE_SLOW(rdma_kunit_verbs_ctor_failures_case),
 	{}
 };
@@ -208,5 +222,35 @@ static struct kunit_suite rdma_soundness_suite = {
 	.test_cases = rdma_soundness_cases,
 };
 
+/*
+ * What storage ULPs need (verbs/storage.rs): the core's R/W API and remote
+ * invalidation. The first peer guest runs this suite again with
+ * ib_core.force_mr=1, for the MR path of the R/W API.
+ */
+static struct kunit_case rdma_storage_cases[] = {
+	KUNIT_CASE_SLOW(rdma_kunit_rw_read_write_case),
+	KUNIT_CASE(rdma_kunit_rw_chained_response_case),
+	KUNIT_CASE(rdma_kunit_rw_refusals_case),
+	KUNIT_CASE(rdma_kunit_rw_remote_invalidate_case),
+	{}
+};
+
+static struct kunit_suite rdma_storage_suite = {
+	.name = "rdma_storage",
+	.test_cases = rdma_storage_cases,
+};
+
+/* Asynchronous events of QPs, SRQs and CQs; SRQ limit, CQ resize (verbs/asyncev.rs). */
+static struct kunit_case rdma_async_cases[] = {
+	KUNIT_CASE(rdma_kunit_async_srq_limit_case),
+	KUNIT_CASE(rdma_kunit_async_cq_resize_case),
+	{}
+};
+
+static struct kunit_suite rdma_async_suite = {
+	.name = "rdma_async",
+	.test_cases = rdma_async_cases,
+};
+
 kunit_test_suites(&rdma_device_suite, &rdma_verbs_suite, &rdma_soundness_suite,
-		  &rdma_client_suite);
+		  &rdma_storage_suite, &rdma_async_suite, &rdma_client_suite);

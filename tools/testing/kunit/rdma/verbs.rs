@@ -18,7 +18,7 @@ use kernel::{
         cq::{Cq, PollContext, Wc, WcOpcode, WcStatus},
         device::Device,
         dma::{DmaBuf, DmaPage, DmaSg, FromDevice, ToDevice, MAX_SG_PAGES},
-        event::{Event, EventHandler, EventRegistration},
+        event::{AsyncEvent, AsyncHandler, Event, EventHandler, EventRegistration},
         mr::{Access, Mr, Remote},
         pd::Pd,
         qp::{Init, Qp, QpCaps, QpState, QpType, RcParams, Rts},
@@ -32,11 +32,16 @@ use kernel::{
 
 use crate::ret;
 
+mod asyncev;
+mod cm;
 mod ctor;
 mod data;
 mod faults;
+mod query;
 mod soundness;
 mod srq;
+mod storage;
+mod ud;
 
 extern "C" {
     fn rdma_kunit_res_count(name: *const kernel::ffi::c_char) -> c_int;
@@ -85,7 +90,23 @@ struct Done<P> {
     imm: Option<u32>,
     src_qp: Option<u32>,
     qp_num: u32,
+    wc: Wc,
     payload: P,
+}
+
+impl<P> Done<P> {
+    fn of(wc: &Wc, payload: P) -> Self {
+        Done {
+            status: wc.status(),
+            opcode: wc.opcode(),
+            byte_len: wc.byte_len(),
+            imm: wc.imm_data(),
+            src_qp: wc.src_qp(),
+            qp_num: wc.qp_num(),
+            wc: *wc,
+            payload,
+        }
+    }
 }
 
 /// Collects completions (in softirq context) for the test thread.
@@ -158,15 +179,7 @@ impl<P: Send + 'static> Completion for TWr<P> {
             sink,
             _live,
         } = wr.into_inner();
-        let d = Done {
-            status: wc.status(),
-            opcode: wc.opcode(),
-            byte_len: wc.byte_len(),
-            imm: wc.imm_data(),
-            src_qp: wc.src_qp(),
-            qp_num: wc.qp_num(),
-            payload,
-        };
+        let d = Done::of(wc, payload);
         // A failed push loses a result, which the case reports as a missing completion.
         let _ = sink.list.lock().push(d, GFP_ATOMIC);
         sink.sig.complete();
@@ -325,26 +338,31 @@ fn post_one<P: Send + 'static>(
     Ok(d)
 }
 
-/// Records the events of a device for the test thread.
+/// Records the events (of a device, or of a QP, SRQ or CQ) for the test thread.
 #[pin_data]
-struct Events {
+struct Events<Ev> {
     #[pin]
-    list: SpinLockBh<KVec<Event>>,
+    list: SpinLockBh<KVec<Ev>>,
     #[pin]
     sig: Signal,
 }
 
-struct Watch(Arc<Events>);
+struct Watch(Arc<Events<Event>>);
 
 impl EventHandler for Watch {
     fn event(&self, _dev: &Device, ev: Event) {
-        let _ = self.0.list.lock().push(ev, GFP_ATOMIC);
-        self.0.sig.complete();
+        self.0.record(ev);
     }
 }
 
-impl Events {
-    fn new() -> Result<Arc<Events>> {
+impl AsyncHandler for Events<AsyncEvent> {
+    fn event(&self, ev: AsyncEvent) {
+        self.record(ev);
+    }
+}
+
+impl<Ev: Copy + PartialEq + core::fmt::Debug> Events<Ev> {
+    fn new() -> Result<Arc<Self>> {
         Arc::pin_init(
             pin_init!(Events {
                 list <- new_spinlock_bh!(KVec::new(), "rdma_kunit_events"),
@@ -354,15 +372,33 @@ impl Events {
         )
     }
 
-    /// Waits until `want` has been seen.
-    fn wait_for(&self, want: Event) -> Result {
-        for _ in 0..20 {
-            if self.list.lock().contains(&want) {
-                return Ok(());
-            }
-            let _ = self.sig.wait_timeout(1000);
+    fn record(&self, ev: Ev) {
+        // A failed push loses the event, which the case then reports as missing.
+        let _ = self.list.lock().push(ev, GFP_ATOMIC);
+        self.sig.complete();
+    }
+
+    /// The events seen so far.
+    fn events(&self) -> Result<KVec<Ev>> {
+        let l = self.list.lock();
+        let mut v = KVec::with_capacity(l.len(), GFP_ATOMIC)?;
+        for e in l.iter() {
+            v.push(*e, GFP_ATOMIC)?;
         }
-        pr_err!("no {:?} event; saw {:?}\n", want, &self.list.lock()[..]);
-        Err(ETIMEDOUT)
+        Ok(v)
+    }
+
+    /// Waits up to `ms` until `want` has been seen.
+    fn wait_for(&self, want: Ev, ms: u32) -> Result {
+        let mut waited = 0;
+        while !self.list.lock().contains(&want) {
+            if waited >= ms {
+                pr_err!("no {:?} event; saw {:?}\n", want, &self.list.lock()[..]);
+                return Err(ETIMEDOUT);
+            }
+            let _ = self.sig.wait_timeout(100);
+            waited += 100;
+        }
+        Ok(())
     }
 }

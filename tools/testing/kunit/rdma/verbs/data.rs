@@ -118,7 +118,7 @@ extern "C" fn rdma_kunit_verbs_rc_write_read() -> c_int {
         let p = rc_pair(&dev)?;
         let len = 3 * 4096 + 100;
         let mr = registered_mr(&p.b, len, 0, Access::REMOTE_WRITE | Access::REMOTE_READ)?;
-        let remote = mr.remote();
+        let remote = mr.remote()?;
         post_one(
             &p.a,
             filled(&p.pd, len, 7)?,
@@ -186,7 +186,7 @@ extern "C" fn rdma_kunit_verbs_rc_atomics() -> c_int {
         let p = rc_pair(&dev)?;
         let mut mr = registered_mr(&p.b, 64, 0, Access::REMOTE_ATOMIC)?;
         mr.write(0, &5u64.to_ne_bytes())?;
-        let remote = mr.remote();
+        let remote = mr.remote()?;
         let word = |b: &mut DmaBuf, off: usize| -> Result<u64> {
             let mut w = [0u8; 8];
             w.copy_from_slice(b.as_slice().get(off..off + 8).ok_or(EINVAL)?);
@@ -498,7 +498,7 @@ extern "C" fn rdma_kunit_verbs_mr_sg() -> c_int {
             "second map_sg"
         );
         let mr = register(&p.b, mr, Access::REMOTE_WRITE | Access::REMOTE_READ)?;
-        let remote = mr.remote();
+        let remote = mr.remote()?;
         // 2 pages + 100 bytes, from the middle of page 0 into page 2.
         let (at, len) = (1000usize, 2 * 4096 + 100);
         post_one(
@@ -664,7 +664,7 @@ extern "C" fn rdma_kunit_verbs_gather_scatter() -> c_int {
         check!(matches(&back, 4), "page received differs");
         // An RDMA READ scattered into two buffers.
         let mr = registered_mr(&p.b, 300, 5, Access::REMOTE_READ)?;
-        let remote = mr.remote();
+        let remote = mr.remote()?;
         struct Two(DmaBuf<FromDevice>, DmaBuf<FromDevice>);
         let two = Two(
             DmaBuf::<FromDevice>::alloc(&p.pd, 100, GFP_KERNEL)?,

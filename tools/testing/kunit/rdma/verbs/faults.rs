@@ -73,7 +73,7 @@ extern "C" fn rdma_kunit_verbs_bad_rkey() -> c_int {
         let p = rc_pair(&dev)?;
         let mr = registered_mr(&p.b, 4096, 0, Access::REMOTE_WRITE)?;
         let bad = Remote {
-            addr: mr.remote().addr,
+            addr: mr.remote()?.addr,
             rkey: mr.rkey() ^ 0x5500,
         };
         let d = post_one(
@@ -245,7 +245,7 @@ extern "C" fn rdma_kunit_verbs_local_inv() -> c_int {
         let dev = rxe0()?;
         let p = rc_pair(&dev)?;
         let mr = registered_mr(&p.b, 4096, 0, Access::REMOTE_WRITE)?;
-        let remote = mr.remote();
+        let remote = mr.remote()?;
         // The MR keeps its buffer while a registration for it may live.
         let mut mr = mr;
         let e = mr.map(DmaBuf::new(&p.pd, 64, GFP_KERNEL)?);
@@ -266,17 +266,21 @@ extern "C" fn rdma_kunit_verbs_local_inv() -> c_int {
             },
         )?;
         // ...until its owner invalidates it.
-        let rkey = remote.rkey;
-        post_one(
+        let mr = post_one(
             &p.b,
-            (),
+            mr,
             WcStatus::Success,
             WcOpcode::LocalInv,
-            |(), ops| {
-                ops.local_inv(rkey)?;
+            |mr, ops| {
+                ops.local_inv(mr)?;
                 Ok(())
             },
-        )?;
+        )?
+        .payload;
+        check!(
+            !mr.is_registered() && mr.remote() == Err(EINVAL),
+            "an invalidated MR still hands out its rkey"
+        );
         post_one(
             &p.a,
             filled(&p.pd, 64, 9)?,
@@ -350,11 +354,11 @@ extern "C" fn rdma_kunit_verbs_port_events() -> c_int {
         let reg = EventRegistration::new(&dev, Watch(ev.clone()))?;
         let down = crate::run(kernel::fmt!("/usr/bin/ip link set {ndev} down"))?;
         check!(down == 0, "ip link set {ndev} down: {down}");
-        let saw_err = ev.wait_for(Event::PortErr(1));
+        let saw_err = ev.wait_for(Event::PortErr(1), 20_000);
         let up = crate::run(kernel::fmt!("/usr/bin/ip link set {ndev} up"))?;
         check!(up == 0, "ip link set {ndev} up: {up}");
         saw_err?;
-        ev.wait_for(Event::PortActive(1))?;
+        ev.wait_for(Event::PortActive(1), 20_000)?;
         drop(reg);
         let n = ev.list.lock().len();
         let again = crate::run(kernel::fmt!(

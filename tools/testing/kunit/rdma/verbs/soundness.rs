@@ -440,18 +440,7 @@ impl Completion for Slow {
             msleep(d.sleep_ms);
         }
         let back = d.back.clone();
-        let _ = back.list.lock().push(
-            Done {
-                status: wc.status(),
-                opcode: wc.opcode(),
-                byte_len: wc.byte_len(),
-                imm: None,
-                src_qp: None,
-                qp_num: wc.qp_num(),
-                payload: (),
-            },
-            GFP_ATOMIC,
-        );
+        let _ = back.list.lock().push(Done::of(wc, ()), GFP_ATOMIC);
         drop(wr);
         back.sig.complete();
     }
@@ -524,7 +513,7 @@ struct Probe {
 }
 
 impl Completion for Probe {
-    fn done(wr: Wr<Self>, _wc: &Wc) {
+    fn done(wr: Wr<Self>, wc: &Wc) {
         // SAFETY: The helper only reads the preemption count.
         let bh = unsafe { rdma_kunit_bh_disabled() };
         let s = wr.data().bh_off.clone();
@@ -532,12 +521,7 @@ impl Completion for Probe {
         let _ = s.list.lock().push(
             Done {
                 status: WcStatus::Success,
-                opcode: None,
-                byte_len: 0,
-                imm: None,
-                src_qp: None,
-                qp_num: 0,
-                payload: bh,
+                ..Done::of(wc, bh)
             },
             GFP_ATOMIC,
         );

@@ -1,0 +1,169 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The socket addresses of connection manager ids (`struct sockaddr_in`, `sockaddr_in6`).
+//!
+//! C header: [`include/linux/in6.h`](srctree/include/uapi/linux/in6.h)
+
+use crate::bindings;
+use core::fmt;
+
+/// An IPv4 address and port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SockAddrV4 {
+    /// The address, most significant byte first (`[10, 0, 0, 1]` is 10.0.0.1).
+    pub ip: [u8; 4],
+    /// The port (0: any, for a bind).
+    pub port: u16,
+}
+
+/// An IPv6 address, port and scope.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::cm::{SockAddr, SockAddrV6};
+///
+/// let mut ip = [0u8; 16];
+/// ip[..2].copy_from_slice(&[0xfe, 0x80]);
+/// ip[15] = 1;
+/// let a = SockAddr::from(SockAddrV6 { ip, port: 7000, scope_id: 3 });
+/// let s = kernel::str::CString::try_from_fmt(kernel::fmt!("{a}"))?;
+/// assert_eq!(s.to_str()?, "[fe80:0:0:0:0:0:0:1%3]:7000");
+/// assert!(a.is_link_local());
+/// # Ok::<(), Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SockAddrV6 {
+    /// The address, most significant byte first.
+    pub ip: [u8; 16],
+    /// The port (0: any, for a bind).
+    pub port: u16,
+    /// The interface index a link-local address belongs to (0 for other addresses).
+    pub scope_id: u32,
+}
+
+/// The address of one end of a connection: IPv4 or IPv6.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SockAddr {
+    /// IPv4.
+    V4(SockAddrV4),
+    /// IPv6, including link-local addresses with their scope.
+    V6(SockAddrV6),
+}
+
+impl From<SockAddrV4> for SockAddr {
+    fn from(a: SockAddrV4) -> Self {
+        Self::V4(a)
+    }
+}
+
+impl From<SockAddrV6> for SockAddr {
+    fn from(a: SockAddrV6) -> Self {
+        Self::V6(a)
+    }
+}
+
+impl SockAddr {
+    /// The port.
+    pub fn port(&self) -> u16 {
+        match self {
+            Self::V4(a) => a.port,
+            Self::V6(a) => a.port,
+        }
+    }
+
+    /// Whether this is an IPv6 link-local address (`fe80::/10`), which needs its scope.
+    pub fn is_link_local(&self) -> bool {
+        matches!(self, Self::V6(a) if a.ip[0] == 0xfe && a.ip[1] & 0xc0 == 0x80)
+    }
+
+    /// The address as the C API takes it.
+    pub(crate) fn to_raw(self) -> bindings::__kernel_sockaddr_storage {
+        // SAFETY: All-zeroes is a valid socket address storage (and the padding of both
+        // address kinds must be zero).
+        let mut ss: bindings::__kernel_sockaddr_storage = unsafe { core::mem::zeroed() };
+        let at = (&raw mut ss).cast::<u8>();
+        match self {
+            Self::V4(a) => {
+                // SAFETY: All-zeroes is a valid `sockaddr_in`.
+                let mut sin: bindings::sockaddr_in = unsafe { core::mem::zeroed() };
+                sin.sin_family = bindings::AF_INET as u16;
+                sin.sin_port = a.port.to_be();
+                sin.sin_addr.s_addr = u32::from_ne_bytes(a.ip);
+                // SAFETY: The storage is large enough for any socket address.
+                unsafe { at.cast::<bindings::sockaddr_in>().write_unaligned(sin) };
+            }
+            Self::V6(a) => {
+                // SAFETY: All-zeroes is a valid `sockaddr_in6`.
+                let mut sin6: bindings::sockaddr_in6 = unsafe { core::mem::zeroed() };
+                sin6.sin6_family = bindings::AF_INET6 as u16;
+                sin6.sin6_port = a.port.to_be();
+                sin6.sin6_addr.in6_u.u6_addr8 = a.ip;
+                sin6.sin6_scope_id = a.scope_id;
+                // SAFETY: The storage is large enough for any socket address.
+                unsafe { at.cast::<bindings::sockaddr_in6>().write_unaligned(sin6) };
+            }
+        }
+        ss
+    }
+
+    /// # Safety
+    ///
+    /// `ss` must point at a valid socket address.
+    pub(crate) unsafe fn from_raw(ss: *const bindings::__kernel_sockaddr_storage) -> Option<Self> {
+        // SAFETY: Every socket address starts with its family; the storage is large enough for
+        // either kind, which it holds when the family says so.
+        unsafe {
+            match u32::from((*ss.cast::<bindings::sockaddr>()).sa_family) {
+                bindings::AF_INET => {
+                    let sin = ss.cast::<bindings::sockaddr_in>().read_unaligned();
+                    Some(Self::V4(SockAddrV4 {
+                        ip: sin.sin_addr.s_addr.to_ne_bytes(),
+                        port: u16::from_be(sin.sin_port),
+                    }))
+                }
+                bindings::AF_INET6 => {
+                    let sin6 = ss.cast::<bindings::sockaddr_in6>().read_unaligned();
+                    Some(Self::V6(SockAddrV6 {
+                        ip: sin6.sin6_addr.in6_u.u6_addr8,
+                        port: u16::from_be(sin6.sin6_port),
+                        scope_id: sin6.sin6_scope_id,
+                    }))
+                }
+                _ => None,
+            }
+        }
+    }
+}
+
+impl fmt::Display for SockAddrV4 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let [a, b, c, d] = self.ip;
+        write!(f, "{a}.{b}.{c}.{d}:{}", self.port)
+    }
+}
+
+impl fmt::Display for SockAddrV6 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[")?;
+        for (i, pair) in self.ip.chunks(2).enumerate() {
+            if i > 0 {
+                f.write_str(":")?;
+            }
+            write!(f, "{:x}", u16::from_be_bytes([pair[0], pair[1]]))?;
+        }
+        if self.scope_id != 0 {
+            write!(f, "%{}", self.scope_id)?;
+        }
+        write!(f, "]:{}", self.port)
+    }
+}
+
+impl fmt::Display for SockAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::V4(a) => a.fmt(f),
+            Self::V6(a) => a.fmt(f),
+        }
+    }
+}

@@ -1,0 +1,395 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! What storage ULPs need: the core's R/W API ([`RwCtx`]) and remote invalidation.
+//!
+//! A QP pair on one device plays target (`a`) and initiator (`b`): `b` exposes a
+//! fast-registered MR over pages, `a` moves data from or to it with an [`RwCtx`] and checks it
+//! byte for byte. The suite runs twice in `make test`: in the loopback guest, where the core
+//! names the pages in scatter/gather entries, and in the first peer guest, booted with
+//! `ib_core.force_mr=1`, where it registers them in MRs of the QP's pool; each case checks
+//! that the path it expects was taken.
+
+use super::*;
+use kernel::{
+    page::{Page, PAGE_SIZE},
+    rdma::rw::RwCtx,
+};
+
+/// The QP caps of the cases: room for `RW_CTXS` transfers of up to 256 pages.
+const RW_CTXS: u32 = 4;
+
+fn rw_caps() -> QpCaps {
+    QpCaps {
+        send_depth: 32,
+        send_sge: 16,
+        rdma_ctxs: RW_CTXS,
+        port: 1,
+        ..QpCaps::default()
+    }
+}
+
+/// A connected pair whose target `a` can carry [`RwCtx`] transfers (which need an `Arc`).
+struct RwPair {
+    a: Arc<Qp<Rts>>,
+    b: Qp<Rts>,
+    pd: Arc<Pd>,
+    cq: Arc<Cq>,
+}
+
+fn rw_pair(dev: &Device) -> Result<RwPair> {
+    let p = rc_pair_with(dev, &rw_caps(), PollContext::Softirq, &RcParams::default())?;
+    Ok(RwPair {
+        a: Arc::new(p.a, GFP_KERNEL)?,
+        b: p.b,
+        pd: p.pd,
+        cq: p.cq,
+    })
+}
+
+/// Whether this guest was booted with the core's `force_mr` knob.
+fn force_mr() -> Result<bool> {
+    Ok(crate::run(kernel::fmt!("grep -qw ib_core.force_mr=1 /proc/cmdline"))? == 0)
+}
+
+/// `n` pages holding `seq`'s pattern, as one byte stream.
+fn pattern_pages(pd: &Arc<Pd>, n: usize, seq: u32) -> Result<KVec<Page>> {
+    let mut sg = DmaSg::new(pd, n)?;
+    let mut chunk = KVec::from_elem(0u8, PAGE_SIZE, GFP_KERNEL)?;
+    for p in 0..n {
+        for (i, x) in chunk.iter_mut().enumerate() {
+            *x = pattern(seq, p * PAGE_SIZE + i);
+        }
+        sg.write(p * PAGE_SIZE, &chunk)?;
+    }
+    Ok(sg.into_pages())
+}
+
+fn zero_pages(n: usize) -> Result<KVec<Page>> {
+    let mut v = KVec::with_capacity(n, GFP_KERNEL)?;
+    for _ in 0..n {
+        v.push(Page::alloc_page(GFP_KERNEL | __GFP_ZERO)?, GFP_KERNEL)?;
+    }
+    Ok(v)
+}
+
+/// Checks that the first `len` bytes of `mem` (read with `read`) hold `seq`'s pattern, and
+/// that the rest up to `total` is zero.
+fn check_pattern(
+    mut read: impl FnMut(usize, &mut [u8]) -> Result,
+    len: usize,
+    total: usize,
+    seq: u32,
+) -> Result {
+    let mut chunk = KVec::from_elem(0u8, PAGE_SIZE, GFP_KERNEL)?;
+    let mut at = 0;
+    while at < total {
+        read(at, &mut chunk)?;
+        for (i, &x) in chunk.iter().enumerate() {
+            let want = if at + i < len {
+                pattern(seq, at + i)
+            } else {
+                0
+            };
+            check!(
+                x == want,
+                "byte {} of {}: {:#x}, expected {:#x}",
+                at + i,
+                len,
+                x,
+                want
+            );
+        }
+        at += PAGE_SIZE;
+    }
+    Ok(())
+}
+
+/// An MR of `b` over `n` pages (holding `seq`'s pattern, or zeroes), registered for READ and
+/// WRITE.
+fn target_mr(b: &Qp<Rts>, n: usize, seq: Option<u32>) -> Result<Mr> {
+    let pd = b.pd();
+    let pages = match seq {
+        Some(s) => pattern_pages(pd, n, s)?,
+        None => zero_pages(n)?,
+    };
+    let sg = DmaSg::from_pages(pd, pages).map_err(|(e, _)| e)?;
+    let mut mr = Mr::new(pd, n as u32)?;
+    mr.map_sg(sg).map_err(|(e, _)| e)?;
+    register(b, mr, Access::REMOTE_READ | Access::REMOTE_WRITE)
+}
+
+/// RDMA READ and WRITE of 1, 16 and 256 pages through the core's R/W API, each way, with the
+/// data checked; the path (SGEs, or MRs under `force_mr`) is the one the guest asks for.
+#[no_mangle]
+extern "C" fn rdma_kunit_rw_read_write() -> c_int {
+    ret((|| {
+        let dev = rxe0()?;
+        let forced = force_mr()?;
+        pr_info!(
+            "rdma_rw: expecting the {} path\n",
+            if forced { "MR" } else { "SGE" }
+        );
+        for (n, len) in [
+            (1usize, 1000usize),
+            (16, 16 * PAGE_SIZE - 123),
+            (256, 256 * PAGE_SIZE),
+        ] {
+            let RwPair { a, b, pd, cq: _cq } = rw_pair(&dev)?;
+            // READ: the peer's pattern lands in our pages.
+            let mr = target_mr(&b, n, Some(7))?;
+            let rw = RwCtx::<FromDevice>::new(&a, zero_pages(n)?, len, mr.remote()?)
+                .map_err(|(e, _)| e)?;
+            check!(
+                rw.uses_mr() == forced,
+                "{} pages: the core took the {} path",
+                n,
+                if rw.uses_mr() { "MR" } else { "SGE" }
+            );
+            pr_info!(
+                "rdma_rw: READ of {} bytes in {} send queue entries\n",
+                len,
+                rw.wqes()
+            );
+            let d = post_one(&a, rw, WcStatus::Success, WcOpcode::RdmaRead, |rw, ops| {
+                ops.rw(rw)?;
+                Ok(())
+            })?;
+            let back: DmaSg = DmaSg::from_pages(&pd, d.payload.into_pages()).map_err(|(e, _)| e)?;
+            check_pattern(|at, out| back.read(at, out), len, n * PAGE_SIZE, 7)?;
+            // WRITE: our pattern lands in the peer's (zeroed) pages.
+            let mr = target_mr(&b, n, None)?;
+            let rw = RwCtx::<ToDevice>::new(&a, pattern_pages(&pd, n, 9)?, len, mr.remote()?)
+                .map_err(|(e, _)| e)?;
+            post_one(&a, rw, WcStatus::Success, WcOpcode::RdmaWrite, |rw, ops| {
+                ops.rw(rw)?;
+                Ok(())
+            })?;
+            check_pattern(|at, out| mr.read(at, out), len, n * PAGE_SIZE, 9)?;
+            drop((mr, back, b, a));
+        }
+        leak_check()
+    })())
+}
+
+/// A storage target's answer: RDMA WRITE of the data and the response SEND in one post; when
+/// the initiator's receive completes, the data is in place.
+#[no_mangle]
+extern "C" fn rdma_kunit_rw_chained_response() -> c_int {
+    ret((|| {
+        let dev = rxe0()?;
+        let RwPair { a, b, pd, cq: _cq } = rw_pair(&dev)?;
+        let mr = target_mr(&b, 4, None)?;
+        let rs = sink::<DmaBuf>()?;
+        post_recv(&b, &rs, 64)?;
+        let rw = RwCtx::<ToDevice>::new(&a, pattern_pages(&pd, 4, 3)?, 4 * PAGE_SIZE, mr.remote()?)
+            .map_err(|(e, _)| e)?;
+        let response = filled(&pd, 64, 4)?;
+        post_one(
+            &a,
+            (rw, response),
+            WcStatus::Success,
+            WcOpcode::Send,
+            |(rw, resp), ops| {
+                ops.rw(rw)?;
+                ops.send(resp, 0..64)?;
+                Ok(())
+            },
+        )?;
+        let mut r = rs.wait(1)?.into_iter().next().ok_or(EINVAL)?;
+        check!(r.status == WcStatus::Success, "response: {:?}", r.status);
+        check!(matches(&r.payload.as_slice()[..64], 4), "response corrupt");
+        check_pattern(|at, out| mr.read(at, out), 4 * PAGE_SIZE, 4 * PAGE_SIZE, 3)?;
+        drop((mr, b, a));
+        leak_check()
+    })())
+}
+
+/// A transfer to a wrong rkey fails in its completion and the pages come back; transfers the
+/// QP cannot carry are refused up front, with the pages given back; the QP's MR pool holds
+/// `rdma_ctxs` transfers on the MR path.
+#[no_mangle]
+extern "C" fn rdma_kunit_rw_refusals() -> c_int {
+    ret((|| {
+        let dev = rxe0()?;
+        let forced = force_mr()?;
+        let RwPair { a, b, pd, cq } = rw_pair(&dev)?;
+        let mr = target_mr(&b, 2, Some(1))?;
+        let remote = mr.remote()?;
+        // Refused before the device sees anything; the pages come back each time.
+        let plain = Arc::new(rc_pair(&dev)?.a, GFP_KERNEL)?;
+        let r = RwCtx::<FromDevice>::new(&plain, zero_pages(1)?, 100, remote);
+        check!(
+            matches!(&r, Err((e, p)) if *e == EINVAL && p.len() == 1),
+            "a QP made without rdma_ctxs"
+        );
+        let r = RwCtx::<FromDevice>::new(&a, zero_pages(1)?, 0, remote);
+        check!(matches!(&r, Err((e, _)) if *e == EINVAL), "zero bytes");
+        let r = RwCtx::<FromDevice>::new(&a, zero_pages(1)?, PAGE_SIZE + 1, remote);
+        check!(
+            matches!(&r, Err((e, p)) if *e == EINVAL && p.len() == 1),
+            "more bytes than pages"
+        );
+        drop(r);
+        // A transfer made for `a` cannot be posted on `b`.
+        let rw = RwCtx::<FromDevice>::new(&a, zero_pages(1)?, 100, remote).map_err(|(e, _)| e)?;
+        let s = sink::<RwCtx<FromDevice>>()?;
+        let e = b.post_send(twr(rw, &s)?, |t, ops| {
+            ops.rw(&mut t.payload)?;
+            Ok(())
+        });
+        check!(
+            e.as_ref().err().map(|e| e.err) == Some(EINVAL),
+            "a transfer posted on another QP"
+        );
+        drop(e);
+        // The MR path takes one MR of the pool per transfer: `rdma_ctxs` of them at once.
+        let mut held = KVec::new();
+        for i in 0..=RW_CTXS {
+            match RwCtx::<FromDevice>::new(&a, zero_pages(2)?, 2 * PAGE_SIZE, remote) {
+                Ok(rw) => held.push(rw, GFP_KERNEL)?,
+                Err((e, _)) => {
+                    check!(
+                        forced && i == RW_CTXS && e == EAGAIN,
+                        "transfer {} refused with {:?}",
+                        i,
+                        e
+                    );
+                }
+            }
+        }
+        check!(
+            held.len() == if forced { RW_CTXS } else { RW_CTXS + 1 } as usize,
+            "{} transfers prepared at once",
+            held.len()
+        );
+        drop(held);
+        // A wrong rkey: the READ fails at the target and its completion says so.
+        let bad = Remote {
+            addr: remote.addr,
+            rkey: remote.rkey ^ 0x5a00,
+        };
+        let rw =
+            RwCtx::<FromDevice>::new(&a, zero_pages(2)?, 2 * PAGE_SIZE, bad).map_err(|(e, _)| e)?;
+        let d = post_one(
+            &a,
+            rw,
+            WcStatus::RemAccessErr,
+            WcOpcode::RdmaRead,
+            |rw, ops| {
+                ops.rw(rw)?;
+                Ok(())
+            },
+        )?;
+        check!(d.payload.into_pages().len() == 2, "pages lost");
+        drop((mr, b, a, plain, pd, cq));
+        leak_check()
+    })())
+}
+
+/// The NVMe-oF pattern: the initiator registers an MR and advertises it, the target WRITEs
+/// into it and answers with a SEND with invalidate of its rkey; the initiator sees the rkey
+/// invalidated, the MR knows it, and a later access with the old rkey fails. READ with
+/// invalidate, which soft-RoCE takes but does not carry out, is refused on a port that is not
+/// iWARP.
+#[no_mangle]
+extern "C" fn rdma_kunit_rw_remote_invalidate() -> c_int {
+    ret((|| {
+        let dev = rxe0()?;
+        let p = rc_pair(&dev)?;
+        let mr = registered_mr(&p.b, 4096, 0, Access::REMOTE_WRITE)?;
+        let remote = mr.remote()?;
+        // A registered MR cannot be registered again.
+        let s = sink::<Mr>()?;
+        let e = p.b.post_send(twr(mr, &s)?, |m, ops| {
+            ops.reg_mr(&m.payload, Access::REMOTE_WRITE)?;
+            Ok(())
+        });
+        let mr = match e {
+            Err(e) if e.err == EBUSY => e.wr.into_inner().payload,
+            _ => return Err(EINVAL),
+        };
+        let rs = sink::<DmaBuf>()?;
+        post_recv(&p.b, &rs, 64)?;
+        post_one(
+            &p.a,
+            filled(&p.pd, 4096, 5)?,
+            WcStatus::Success,
+            WcOpcode::Send,
+            |buf, ops| {
+                ops.write(buf, 0..4096, remote)?;
+                ops.send_inv(buf, 0..64, remote.rkey)?;
+                Ok(())
+            },
+        )?;
+        let r = rs.wait(1)?.into_iter().next().ok_or(EINVAL)?;
+        check!(
+            r.wc.invalidated_rkey() == Some(remote.rkey),
+            "receive reports {:?} invalidated, expected {:#x}",
+            r.wc.invalidated_rkey(),
+            remote.rkey
+        );
+        check!(
+            mr.invalidated_by(&r.wc),
+            "the MR did not take the invalidation"
+        );
+        check!(
+            !mr.is_registered() && mr.remote() == Err(EINVAL),
+            "an invalidated MR still hands out its rkey"
+        );
+        check!(
+            matches(&mr_bytes(&mr)?, 5),
+            "the WRITE before the SEND is not in place"
+        );
+        // Registered again under a new key, it works again...
+        let mut mr = mr;
+        mr.bump_key();
+        let mr = register(&p.b, mr, Access::REMOTE_WRITE)?;
+        let fresh = mr.remote()?;
+        check!(
+            fresh.rkey != remote.rkey,
+            "the new registration reuses the rkey"
+        );
+        post_one(
+            &p.a,
+            filled(&p.pd, 64, 6)?,
+            WcStatus::Success,
+            WcOpcode::RdmaWrite,
+            |buf, ops| {
+                ops.write(buf, 0..64, fresh)?;
+                Ok(())
+            },
+        )?;
+        // ...and the old rkey stays dead.
+        post_one(
+            &p.a,
+            filled(&p.pd, 64, 7)?,
+            WcStatus::RemAccessErr,
+            WcOpcode::RdmaWrite,
+            |buf, ops| {
+                ops.write(buf, 0..64, remote)?;
+                Ok(())
+            },
+        )?;
+        check!(
+            matches(&mr_bytes(&mr)?[..64], 6),
+            "memory changed by the old rkey"
+        );
+        drop((mr, p));
+        // READ with invalidate is iWARP's.
+        let q = rc_pair(&dev)?;
+        let target = registered_mr(&q.b, 4096, 1, Access::REMOTE_READ)?;
+        let sinkmr = registered_mr(&q.a, 4096, 0, Access::NONE)?;
+        let s = sink::<Mr>()?;
+        let t = target.remote()?;
+        let e = q.a.post_send(twr(sinkmr, &s)?, |m, ops| {
+            ops.read_inv(&mut m.payload, t)?;
+            Ok(())
+        });
+        check!(
+            e.as_ref().err().map(|e| e.err) == Some(EOPNOTSUPP),
+            "READ with invalidate on RoCE"
+        );
+        drop((e, target, q));
+        leak_check()
+    })())
+}
