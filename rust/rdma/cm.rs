@@ -615,7 +615,9 @@ impl Id {
         sleepable()?;
         // SAFETY: The id is valid.
         let (ty, qp) = unsafe { ((*self.raw()).qp_type, (*self.raw()).qp) };
-        if ty != bindings::ib_qp_type_IB_QPT_UD || !qp.is_null() {
+        // A QP being created (claimed) counts as one.
+        let claimed = self.ctx().qp_claimed.load(Ordering::Acquire);
+        if ty != bindings::ib_qp_type_IB_QPT_UD || !qp.is_null() || claimed {
             return Err(EINVAL);
         }
         let mut a = addr.into().to_raw();

@@ -251,8 +251,9 @@ impl Cq {
 
     /// The number of entries the driver actually allocated (at least the number asked for).
     pub fn entries(&self) -> u32 {
-        // SAFETY: `ptr` is valid (invariant); `cqe` is set at creation.
-        u32::try_from(unsafe { (*self.raw.ptr).cqe }).unwrap_or(0)
+        // SAFETY: `ptr` is valid (invariant). `cqe` is set at creation and changed only by
+        // `Cq::resize` (the driver writes it), hence the volatile read.
+        u32::try_from(unsafe { (&raw const (*self.raw.ptr).cqe).read_volatile() }).unwrap_or(0)
     }
 
     /// Promises `n` entries to a queue reporting here: a CQ with more work requests
@@ -315,8 +316,10 @@ impl Cq {
 
     /// Asks the device to raise a completion event only after `count` completions or
     /// `period_us` microseconds: interrupt moderation (`rdma_set_cq_moderation`, formerly
-    /// `ib_modify_cq`). `EOPNOTSUPP` when the device has none (soft-RoCE has none).
+    /// `ib_modify_cq`). `EOPNOTSUPP` when the device has none (soft-RoCE has none). May sleep.
     pub fn moderate(&self, count: u16, period_us: u16) -> Result {
+        // Drivers that have it talk to their firmware, which sleeps.
+        sleepable()?;
         // SAFETY: `ptr` is valid (invariant).
         let ret = unsafe { bindings::rdma_set_cq_moderation(self.raw.ptr, count, period_us) };
         if ret != 0 {
