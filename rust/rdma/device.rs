@@ -219,16 +219,7 @@ impl Device {
         let attr = unsafe { bindings::rdma_get_gid_attr(self.as_raw(), port, index_c) };
         let attr = crate::error::from_err_ptr(attr.cast_mut())?;
         // SAFETY: `rdma_get_gid_attr` returned a held, valid entry.
-        let (raw, gid_type) = unsafe { ((*attr).gid.raw, (*attr).gid_type) };
-        // SAFETY: Gives back the reference `rdma_get_gid_attr` took.
-        unsafe { bindings::rdma_put_gid_attr(attr) };
-        Ok(GidEntry {
-            gid: Gid(raw),
-            index,
-            roce_v2: gid_type == bindings::ib_gid_type_IB_GID_TYPE_ROCE_UDP_ENCAP,
-            // `::ffff:a.b.c.d`
-            ipv4: raw[..10].iter().all(|&b| b == 0) && raw[10..12] == [0xff, 0xff],
-        })
+        Ok(unsafe { GidEntry::take(attr) }.1)
     }
 
     /// Returns entry `index` of the P_Key table of `port` (`ib_query_pkey`); RoCE ports have
@@ -265,10 +256,7 @@ impl Device {
             unsafe { bindings::rdma_find_gid(self.as_raw(), &raw, ty, core::ptr::null_mut()) };
         let attr = crate::error::from_err_ptr(attr.cast_mut())?;
         // SAFETY: `rdma_find_gid` returned a held, valid entry.
-        let (port, index) = unsafe { ((*attr).port_num, (*attr).index) };
-        // SAFETY: Gives back the reference `rdma_find_gid` took.
-        unsafe { bindings::rdma_put_gid_attr(attr) };
-        Ok((port, self.gid(port, u32::from(index))?))
+        Ok(unsafe { GidEntry::take(attr) })
     }
 
     /// The GID of `port` that this crate sources RoCE traffic from: a RoCE v2 GID that maps an
@@ -309,12 +297,15 @@ impl Device {
 pub struct Gid(pub [u8; 16]);
 
 impl Gid {
+    /// Whether the GID maps an IPv4 address (`::ffff:a.b.c.d`).
+    fn is_v4_mapped(&self) -> bool {
+        self.0[..10].iter().all(|&b| b == 0) && self.0[10..12] == [0xff, 0xff]
+    }
+
     /// Whether the GID is a multicast address: `ff00::/8`, or an IPv4-mapped
     /// `::ffff:224.0.0.0/4` (how RoCE v2 names an IPv4 group).
     pub fn is_multicast(&self) -> bool {
-        let g = &self.0;
-        let v4_mapped = g[..10].iter().all(|&b| b == 0) && g[10..12] == [0xff, 0xff];
-        g[0] == 0xff || (v4_mapped && g[12] & 0xf0 == 0xe0)
+        self.0[0] == 0xff || (self.is_v4_mapped() && self.0[12] & 0xf0 == 0xe0)
     }
 }
 
@@ -343,6 +334,35 @@ pub enum GidType {
     Ib,
     /// RoCE v2, over UDP (`IB_GID_TYPE_ROCE_UDP_ENCAP`).
     RoceV2,
+}
+
+impl GidEntry {
+    /// The port and entry of `attr`, whose reference is given back.
+    ///
+    /// # Safety
+    ///
+    /// `attr` must be a valid GID table entry the caller holds a reference of.
+    unsafe fn take(attr: *const bindings::ib_gid_attr) -> (u32, Self) {
+        // SAFETY: Valid per the safety requirements.
+        let (raw, gid_type, port, index) = unsafe {
+            (
+                (*attr).gid.raw,
+                (*attr).gid_type,
+                (*attr).port_num,
+                (*attr).index,
+            )
+        };
+        // SAFETY: Gives back the caller's reference; nothing reads `attr` afterwards.
+        unsafe { bindings::rdma_put_gid_attr(attr) };
+        let gid = Gid(raw);
+        let entry = GidEntry {
+            gid,
+            index: u32::from(index),
+            roce_v2: gid_type == bindings::ib_gid_type_IB_GID_TYPE_ROCE_UDP_ENCAP,
+            ipv4: gid.is_v4_mapped(),
+        };
+        (port, entry)
+    }
 }
 
 /// An entry of a port's GID table, as returned by [`Device::gid`].

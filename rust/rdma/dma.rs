@@ -37,6 +37,7 @@ mod page;
 mod sg;
 
 pub use page::DmaPage;
+pub(crate) use sg::page_table;
 pub use sg::{DmaSg, MAX_SG_PAGES};
 
 mod private {

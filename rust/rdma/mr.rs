@@ -394,10 +394,8 @@ impl Mr {
         if !self.is_registered() {
             return Err(EINVAL);
         }
-        // SAFETY: `ptr` is valid (invariant).
-        let addr = unsafe { (*self.raw.ptr).iova };
         Ok(Remote {
-            addr,
+            addr: self.iova(),
             rkey: self.rkey(),
         })
     }

@@ -491,17 +491,20 @@ fn create_kernel_qp(
     })
 }
 
-/// `EINVAL` unless `caps` asks for a receive queue the device and this crate can give.
-fn check_recv_caps(pd: &Pd, caps: &QpCaps) -> Result {
-    let attrs = pd.device().attrs();
-    let max_recv_sge = attrs.max_recv_sge().min(super::dma::MAX_RECV_SGE as u32);
-    if caps.recv_depth == 0 || caps.recv_depth >= attrs.max_qp_wr() {
-        return Err(EINVAL);
-    }
-    if caps.recv_sge == 0 || caps.recv_sge > max_recv_sge {
+/// `EINVAL` unless a queue of `depth` requests (plus the drain slot) of `sge` entries fits
+/// the device's `max_qp_wr` and `max_sge`.
+fn check_queue(pd: &Pd, depth: u32, sge: u32, max_sge: u32) -> Result {
+    if depth == 0 || depth >= pd.device().attrs().max_qp_wr() || sge == 0 || sge > max_sge {
         return Err(EINVAL);
     }
     Ok(())
+}
+
+/// `EINVAL` unless `caps` asks for a receive queue the device and this crate can give.
+fn check_recv_caps(pd: &Pd, caps: &QpCaps) -> Result {
+    let max_sge = pd.device().attrs().max_recv_sge();
+    let max_sge = max_sge.min(super::dma::MAX_RECV_SGE as u32);
+    check_queue(pd, caps.recv_depth, caps.recv_sge, max_sge)
 }
 
 /// Creates a QP with `make`, after checking `caps` and reserving its CQ entries; the QP is
@@ -522,12 +525,7 @@ fn create(
 ) -> Result<Deferred<QpInner>> {
     let attrs = pd.device().attrs();
     let max_send_sge = attrs.max_send_sge().min(super::dma::MAX_SGE as u32);
-    if caps.send_depth == 0 || caps.send_depth >= attrs.max_qp_wr() {
-        return Err(EINVAL);
-    }
-    if caps.send_sge == 0 || caps.send_sge > max_send_sge {
-        return Err(EINVAL);
-    }
+    check_queue(pd, caps.send_depth, caps.send_sge, max_send_sge)?;
     let dev = pd.device().as_raw();
     if send_cq.device().as_raw() != dev || recv_cq.device().as_raw() != dev {
         return Err(EINVAL);

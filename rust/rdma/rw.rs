@@ -63,7 +63,7 @@
 //! [`SendOps::rw`]: super::wr::SendOps::rw
 
 use super::{
-    dma::{Direction, FromDevice, ToDevice, MAX_SG_PAGES},
+    dma::{page_table, Direction, FromDevice, ToDevice, MAX_SG_PAGES},
     mr::Remote,
     qp::{Qp, QpType, Rts},
     sync::sleepable,
@@ -148,28 +148,17 @@ impl<D: RwDirection> RwCtx<D> {
         {
             return Err((EINVAL, pages));
         }
-        let (table, ctx) = match (
-            KBox::new(Opaque::<bindings::sg_table>::uninit(), GFP_KERNEL),
-            KBox::new(Opaque::<bindings::rdma_rw_ctx>::uninit(), GFP_KERNEL),
-        ) {
-            (Ok(t), Ok(c)) => (t, c),
-            _ => return Err((ENOMEM, pages)),
+        let ctx = match KBox::new(Opaque::<bindings::rdma_rw_ctx>::uninit(), GFP_KERNEL) {
+            Ok(c) => c,
+            Err(e) => return Err((e.into(), pages)),
         };
-        // SAFETY: `table` is writable; `entries` is at most `MAX_SG_PAGES`.
-        let ret =
-            unsafe { bindings::sg_alloc_table(table.get(), entries as u32, GFP_KERNEL.as_raw()) };
-        if ret != 0 {
-            return Err((Error::from_errno(ret), pages));
-        }
-        // SAFETY: `sg_alloc_table` succeeded: `sgl` is the first of `entries` entries.
+        // The pages outlive the table: both are dropped together, the table first.
+        let table = match page_table(&pages, len) {
+            Ok(t) => t,
+            Err(e) => return Err((e, pages)),
+        };
+        // SAFETY: `page_table` made an initialised table.
         let sgl = unsafe { (*table.get()).sgl };
-        let mut sg = sgl;
-        for (i, page) in pages.iter().take(entries).enumerate() {
-            let n = (len - i * PAGE_SIZE).min(PAGE_SIZE) as u32;
-            // SAFETY: `sg` is one of the table's `entries` entries, and the page outlives the
-            // table (both are dropped together, the table first).
-            sg = unsafe { bindings::rdma_sg_set_page(sg, page.as_ptr(), n) };
-        }
         // SAFETY: `ctx` is writable memory for a context, which `rdma_rw_ctx_init` fills in; it
         // starts zeroed, as the core's own callers allocate it.
         unsafe { core::ptr::write_bytes(ctx.get(), 0, 1) };

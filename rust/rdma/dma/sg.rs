@@ -80,6 +80,29 @@ impl DmaSg<Bidirectional> {
     }
 }
 
+/// A scatterlist (`sg_alloc_table`, not mapped) over the first `len` bytes of `pages`: whole
+/// pages, the last one cut to what is left. The caller keeps the pages alive as long as the
+/// table and frees the table with `sg_free_table`. `len` must be non-zero and need at most
+/// `pages.len()` and [`MAX_SG_PAGES`] pages (checked by the callers).
+pub(crate) fn page_table(pages: &[Page], len: usize) -> Result<KBox<Opaque<bindings::sg_table>>> {
+    let entries = len.div_ceil(PAGE_SIZE);
+    let table = KBox::new(Opaque::<bindings::sg_table>::uninit(), GFP_KERNEL)?;
+    // SAFETY: `table` is writable; `entries` is at most `MAX_SG_PAGES` (caller).
+    let ret = unsafe { bindings::sg_alloc_table(table.get(), entries as u32, GFP_KERNEL.as_raw()) };
+    if ret != 0 {
+        return Err(Error::from_errno(ret));
+    }
+    // SAFETY: `sg_alloc_table` succeeded: `sgl` is the first of `entries` entries.
+    let mut sg = unsafe { (*table.get()).sgl };
+    for (i, page) in pages.iter().take(entries).enumerate() {
+        let n = (len - i * PAGE_SIZE).min(PAGE_SIZE) as u32;
+        // SAFETY: `sg` is one of the table's `entries` entries (there are at least as many
+        // pages, caller), and the caller keeps the page alive as long as the table.
+        sg = unsafe { bindings::rdma_sg_set_page(sg, page.as_ptr(), n) };
+    }
+    Ok(table)
+}
+
 impl<D: Direction> DmaSg<D> {
     /// Gathers the caller's `pages` in a scatterlist and maps it in direction `D`, without
     /// copying. `EINVAL` for no pages or more than [`MAX_SG_PAGES`], `ENOMEM` when the table
@@ -92,22 +115,10 @@ impl<D: Direction> DmaSg<D> {
         if n == 0 || n > MAX_SG_PAGES {
             return Err((EINVAL, pages));
         }
-        let table = match KBox::new(Opaque::<bindings::sg_table>::uninit(), GFP_KERNEL) {
+        let table = match page_table(&pages, n * PAGE_SIZE) {
             Ok(t) => t,
-            Err(e) => return Err((e.into(), pages)),
+            Err(e) => return Err((e, pages)),
         };
-        // SAFETY: `table` is writable; `n` is at most `MAX_SG_PAGES`.
-        let ret = unsafe { bindings::sg_alloc_table(table.get(), n as u32, GFP_KERNEL.as_raw()) };
-        if ret != 0 {
-            return Err((Error::from_errno(ret), pages));
-        }
-        // SAFETY: `sg_alloc_table` succeeded: `sgl` is the first of `n` entries.
-        let mut sg = unsafe { (*table.get()).sgl };
-        for page in pages.iter() {
-            // SAFETY: `sg` is one of the table's entries (there are as many as pages) and the
-            // page outlives the table (both are dropped together, the table first).
-            sg = unsafe { bindings::rdma_sg_set_page(sg, page.as_ptr(), PAGE_SIZE as u32) };
-        }
         let dev = pd.device().as_raw();
         // SAFETY: The table is initialised and describes pages that live as long as it.
         let nents = unsafe { bindings::ib_dma_map_sg(dev, (*table.get()).sgl, n as i32, D::RAW) };

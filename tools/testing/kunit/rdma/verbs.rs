@@ -211,6 +211,13 @@ fn rc_pair_with(dev: &Device, caps: &QpCaps, poll: PollContext, p: &RcParams) ->
     Ok(RcPair { a, b, cq, pd })
 }
 
+/// A UD QP of `pd` on port 1 with Q_Key `qkey`, reporting to `cq`, ready to send.
+fn ud_qp(pd: &Arc<Pd>, cq: &Arc<Cq>, qkey: u32) -> Result<Qp<Rts>> {
+    Qp::new(pd, QpType::Ud, cq, cq, &QpCaps::default())?
+        .to_init_ud(1, qkey)?
+        .ready_ud()
+}
+
 /// Logs the state of a pair whose traffic did not complete, with what the device says.
 fn diag(p: &RcPair) {
     pr_err!(

@@ -95,13 +95,6 @@ impl Handler for Joiner {
     }
 }
 
-/// A UD QP of `pd` on port 1 with Q_Key `qkey`, ready to send.
-fn ud_qp(pd: &Arc<Pd>, cq: &Arc<Cq>, qkey: u32) -> Result<Qp<Rts>> {
-    Qp::new(pd, QpType::Ud, cq, cq, &QpCaps::default())?
-        .to_init_ud(1, qkey)?
-        .ready_ud()
-}
-
 /// One UD send to a group reaches the two QPs attached to it, and none once they have
 /// detached; the group is joined through the CM (which joins the IP group on the netdev).
 #[no_mangle]

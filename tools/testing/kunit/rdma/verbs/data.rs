@@ -267,12 +267,9 @@ extern "C" fn rdma_kunit_verbs_ud_send_recv() -> c_int {
         let pd = Pd::new(&dev)?;
         let cq = Cq::new(&dev, 64, 0, PollContext::Softirq)?;
         let qkey = 0x1111_2222;
-        let a = Qp::new(&pd, QpType::Ud, &cq, &cq, &QpCaps::default())?
-            .to_init_ud(1, qkey)?
-            .ready_ud()?;
-        let b = Qp::new(&pd, QpType::Ud, &cq, &cq, &QpCaps::default())?.to_init_ud(1, qkey)?;
+        let a = ud_qp(&pd, &cq, qkey)?;
+        let b = ud_qp(&pd, &cq, qkey)?;
         let eb = b.endpoint()?;
-        let b = b.ready_ud()?;
         let ah = Ah::new(&pd, 1, &eb.gid)?;
         let rs = sink::<DmaBuf>()?;
         post_recv(&b, &rs, GRH_LEN + 512)?;

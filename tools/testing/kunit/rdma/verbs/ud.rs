@@ -13,15 +13,10 @@ extern "C" fn rdma_kunit_verbs_ud_reply() -> c_int {
         let pd = Pd::new(&dev)?;
         let cq = Cq::new(&dev, 64, 0, PollContext::Softirq)?;
         let qkey = 0x0bad_cafe;
-        let ud = || -> Result<Qp<Init>> {
-            Qp::new(&pd, QpType::Ud, &cq, &cq, &QpCaps::default())?.to_init_ud(1, qkey)
-        };
-        let client = ud()?;
+        let client = ud_qp(&pd, &cq, qkey)?;
         let ec = client.endpoint()?;
-        let client = client.ready_ud()?;
-        let server = ud()?;
+        let server = ud_qp(&pd, &cq, qkey)?;
         let es = server.endpoint()?;
-        let server = server.ready_ud()?;
         // The client knows the server; the server knows nobody.
         let to_server = Ah::new(&pd, 1, &es.gid)?;
         let server_rx = sink::<DmaBuf>()?;
