@@ -22,6 +22,9 @@
 //! it; the client's ESTABLISHED event gives it the server's QP number, Q_Key and an address
 //! handle, and from there the run is an ordinary UD client run ([`crate::run`]).
 //!
+//! Multicast UD runs ([`mcast`]): both roles join the group; the server's QP is attached to
+//! it and receives, the client sends to it.
+//!
 //! A client connects with 8 bytes of private data, `RRUL` and its buffer size (little
 //! endian); a server that cannot take that size rejects the connection with `RRUL` and its
 //! own limit, which the client reports. rping sends no private data.
@@ -34,15 +37,16 @@ use kernel::new_mutex;
 use kernel::prelude::*;
 use kernel::rdma::{
     ah::Ah,
-    cm::{CmId, ConnParam, Event, Handler, Id, PortSpace, Request, UDP_QKEY},
+    cm::{CmId, ConnParam, Event, Handler, Id, PortSpace, Request, UdPeer, UDP_QKEY},
     cq::Cq,
-    device::Device,
+    device::{Device, Gid},
     pd::Pd,
     qp::{QpCaps, QpType},
     sync::Completion as Signal,
 };
 use kernel::sync::{Arc, Mutex};
 
+mod mcast;
 mod ping;
 
 use ping::Conn;
@@ -63,6 +67,8 @@ enum Step {
     AddrResolved,
     RouteResolved,
     Established,
+    /// A multicast group was joined.
+    Joined,
     Failed(Error),
 }
 
@@ -74,8 +80,10 @@ struct Shared {
     cq: Option<Arc<Cq>>,
     /// A UD server's QP number (answered to every request).
     ud_qpn: u32,
-    /// A UD client's peer, from the SIDR reply.
+    /// A UD client's peer, from the SIDR reply or the multicast join.
     ud: Option<(Arc<Ah>, u32, u32)>,
+    /// The joined multicast group's GID and LID.
+    group: Option<(Gid, u16)>,
     /// The run's ids and connections, until the run releases them ([`Attached`]).
     link: Option<Link>,
 }
@@ -99,6 +107,7 @@ impl Waiter {
                     cq: None,
                     ud_qpn: 0,
                     ud: None,
+                    group: None,
                     link: None,
                 }, "rdma_rust_ulp_cm_waiter"),
                 signal <- Signal::new(),
@@ -193,21 +202,19 @@ impl Handler for Ev {
             }
             Event::ConnectRequest(req) => self.request(req),
             Event::Established { ud, .. } => {
-                if let Some(ud) = ud {
-                    let pd = self.waiter.shared.lock().pd.clone();
-                    let ah = pd.ok_or(EINVAL).and_then(|pd| ud.create_ah(&pd));
-                    match ah {
-                        Ok(ah) => {
-                            self.waiter.shared.lock().ud = Some((ah, ud.qpn(), ud.qkey()));
-                        }
-                        Err(e) => {
-                            pr_err!("cm: no address handle for the UD peer: {e:?}\n");
-                            self.waiter.set_step(Step::Failed(e));
-                            return;
-                        }
-                    }
+                if ud.map_or(true, |ud| self.take_ud(&ud)) {
+                    self.waiter.set_step(Step::Established);
                 }
-                self.waiter.set_step(Step::Established);
+            }
+            Event::MulticastJoin(ud) => {
+                if self.take_ud(&ud) {
+                    self.waiter.shared.lock().group = Some((ud.gid(), ud.lid()));
+                    self.waiter.set_step(Step::Joined);
+                }
+            }
+            Event::MulticastError(e) => {
+                pr_err!("cm: the multicast join failed: {e:?}\n");
+                self.waiter.set_step(Step::Failed(e));
             }
             Event::Rejected {
                 reason,
@@ -238,11 +245,26 @@ impl Handler for Ev {
                 self.waiter.set_step(Step::Failed(ESHUTDOWN));
                 self.closed(id, removal);
             }
-            Event::TimewaitExit
-            | Event::AddrChange
-            | Event::MulticastJoin(_)
-            | Event::MulticastError(_)
-            | Event::Other(..) => {}
+            Event::TimewaitExit | Event::AddrChange | Event::Other(..) => {}
+        }
+    }
+}
+
+impl Ev {
+    /// Keeps a UD peer (its address handle, QP number and Q_Key) for the starting thread;
+    /// `false`, with the run failed, when no address handle can be made for it.
+    fn take_ud(&self, ud: &UdPeer<'_>) -> bool {
+        let pd = self.waiter.shared.lock().pd.clone();
+        match pd.ok_or(EINVAL).and_then(|pd| ud.create_ah(&pd)) {
+            Ok(ah) => {
+                self.waiter.shared.lock().ud = Some((ah, ud.qpn(), ud.qkey()));
+                true
+            }
+            Err(e) => {
+                pr_err!("cm: no address handle for the UD peer: {e:?}\n");
+                self.waiter.set_step(Step::Failed(e));
+                false
+            }
         }
     }
 }
@@ -442,10 +464,18 @@ pub(crate) fn start(
             conn: None,
         },
     )?;
-    match spec.role {
-        Role::Server => server(spec, run_id, id, &waiter, attach),
-        _ => client(spec, run_id, id, &waiter, attach),
+    let r = if spec.mcast.is_some() {
+        mcast::start(spec, run_id, id, &waiter, attach)
+    } else if spec.role == Role::Server {
+        server(spec, run_id, id, &waiter, attach)
+    } else {
+        client(spec, run_id, id, &waiter, attach)
+    };
+    // Nothing of a run that did not start is left behind.
+    if r.is_err() {
+        forget_run(&waiter);
     }
+    r
 }
 
 fn server(
@@ -470,7 +500,7 @@ fn server(
         QpType::Rc => MAX_SESSIONS as u32 * 16,
         QpType::Ud => 2 * spec.depth + 8,
     };
-    let cq = Cq::new(&dev, cq_entries, 0, spec.poll)?;
+    let cq = spec.new_cq(&dev, cq_entries)?;
     let mut r = Res::new(pd.clone(), cq.clone());
     let mut ud_qpn = 0;
     if spec.mode == QpType::Ud {
@@ -510,7 +540,6 @@ fn server(
         );
         run.stop();
         run.finish();
-        forget_run(waiter);
         return Err(e);
     }
     pr_info!(
@@ -544,20 +573,6 @@ fn client(
     waiter: &Arc<Waiter>,
     attach: &dyn Fn(&Device, &Arc<Run>) -> Result,
 ) -> Result<Arc<Run>> {
-    let r = client_connect(spec, run_id, id, waiter, attach);
-    if r.is_err() {
-        forget_run(waiter);
-    }
-    r
-}
-
-fn client_connect(
-    spec: &Spec,
-    run_id: u32,
-    id: CmId<Ev>,
-    waiter: &Arc<Waiter>,
-    attach: &dyn Fn(&Device, &Arc<Run>) -> Result,
-) -> Result<Arc<Run>> {
     let to = spec.addr;
     id.resolve_addr(None, to, RESOLVE_MS)?;
     waiter
@@ -583,7 +598,7 @@ fn client_connect(
             )
         }
     };
-    let cq = Cq::new(&dev, entries, 0, spec.poll)?;
+    let cq = spec.new_cq(&dev, entries)?;
     waiter.shared.lock().pd = Some(pd.clone());
     let qp = id.create_qp(&pd, &cq, &cq, &caps)?;
     // An RC run's connection: its receive is posted before the server can send.

@@ -21,10 +21,13 @@
 //!
 //! Keys of `start`: `mode=rc|ud`, `op=send|send_imm|write|read`, `size=N` (bytes),
 //! `count=N` (messages), `depth=N` (requests in flight), `dev=NAME`,
-//! `poll=softirq|workqueue|direct`, `validate=0|1`, `wait=0|1`,
+//! `poll=softirq|workqueue|direct`, `pool=0|1` (the run's CQ is a share of the device's CQ
+//! pool, `ib_cq_pool_get`, instead of its own), `validate=0|1`, `wait=0|1`,
 //! `role=loopback|server|client`, `peer=QPN:GID:PSN` (client), `hold=0|1` (client),
 //! `cm=server|client`, `addr=A.B.C.D` or `addr=X:X::X[%SCOPE]` (IPv6; a link-local address
-//! needs its interface index as scope), `port=N` (CM runs).
+//! needs its interface index as scope), `port=N` (CM runs), `mcast=GROUP` (UD CM runs: the
+//! server receives what is sent to the multicast group, the client sends to it; both join
+//! it from their local `addr=`).
 //!
 //! A `loopback` run (the default) connects two QPs of the device. A run between two hosts is
 //! a `server` on one (it receives; its endpoint is listed in `stats`) and a `client` on the
@@ -37,10 +40,11 @@
 use kernel::prelude::*;
 use kernel::rdma::{
     cm::{SockAddr, SockAddrV4, SockAddrV6},
-    cq::PollContext,
-    device::Gid,
+    cq::{Cq, PollContext},
+    device::{Device, Gid},
     qp::{Endpoint, QpType},
 };
+use kernel::sync::Arc;
 
 /// Which QPs of a run are on this host.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -170,6 +174,8 @@ pub(crate) struct Spec {
     pub(crate) dev: [u8; DEV_MAX + 1],
     pub(crate) dev_len: usize,
     pub(crate) poll: PollContext,
+    /// The run's CQ comes from the device's CQ pool.
+    pub(crate) pool: bool,
     pub(crate) validate: bool,
     pub(crate) wait: bool,
     pub(crate) role: Role,
@@ -177,14 +183,27 @@ pub(crate) struct Spec {
     pub(crate) hold: bool,
     /// A run over the connection manager (its role is `role`: server or client).
     pub(crate) cm: bool,
-    /// CM runs: the address to listen on (server) or connect to (client).
+    /// CM runs: the address to listen on (server) or connect to (client); with `mcast`, the
+    /// local address either role binds to.
     pub(crate) addr: SockAddr,
+    /// UD CM runs: the multicast group the server receives from and the client sends to.
+    pub(crate) mcast: Option<SockAddr>,
 }
 
 impl Spec {
     /// The device name as given.
     pub(crate) fn dev(&self) -> &[u8] {
         &self.dev[..self.dev_len]
+    }
+
+    /// The run's CQ of at least `entries` entries on `dev`: its own, or a share of the
+    /// device's pool (`pool=1`).
+    pub(crate) fn new_cq(&self, dev: &Device, entries: u32) -> Result<Arc<Cq>> {
+        if self.pool {
+            Cq::from_pool(dev, entries, None, self.poll)
+        } else {
+            Cq::new(dev, entries, 0, self.poll)
+        }
     }
 }
 
@@ -324,6 +343,7 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
         dev: [0; DEV_MAX + 1],
         dev_len: 0,
         poll: d.poll,
+        pool: false,
         validate: true,
         wait: false,
         role: Role::Loopback,
@@ -334,6 +354,7 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
             ip: [0; 4],
             port: 0,
         }),
+        mcast: None,
     };
     let (mut op_given, mut size_given, mut role_given, mut addr_given) =
         (false, false, false, false);
@@ -403,6 +424,7 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
                     ))
                 })?
             }
+            b"pool" => s.pool = flag()?,
             b"validate" => s.validate = flag()?,
             b"wait" => s.wait = flag()?,
             b"hold" => s.hold = flag()?,
@@ -447,9 +469,29 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
                     ))
                 })?;
             }
+            b"mcast" => {
+                s.mcast = Some(parse_addr(v, 0).filter(SockAddr::is_multicast).ok_or_else(
+                    || {
+                        bad(format_args!(
+                            "start: mcast={} is not a multicast group (224.0.0.0/4, ff00::/8)",
+                            Show(v)
+                        ))
+                    },
+                )?);
+            }
             b"port" => s.addr = with_port(s.addr, num(1, 65535)? as u16),
             _ => return Err(bad(format_args!("start: unknown key '{}'", Show(k)))),
         }
+    }
+    if s.pool && s.poll == PollContext::Direct {
+        return Err(bad(format_args!(
+            "start: pool=1 needs poll=softirq or workqueue (the core polls pool CQs)"
+        )));
+    }
+    if s.mcast.is_some() && !(s.cm && s.mode == QpType::Ud) {
+        return Err(bad(format_args!(
+            "start: mcast= is for cm= runs with mode=ud"
+        )));
     }
     if s.cm {
         return check_cm(s, op_given, size_given, role_given, addr_given);

@@ -347,11 +347,14 @@ impl Run {
         self.res.lock().is_some()
     }
 
-    /// Waits up to `ms` for the send side to finish; a `direct` run is polled meanwhile.
-    /// Process context.
+    /// Waits up to `ms` for the send side to finish, or for the run to be finished (a
+    /// stopped server's count of receives never runs out); a `direct` run is polled
+    /// meanwhile. Process context.
     pub(crate) fn wait_ended(&self, ms: u32) -> Result {
         let cq = self.res.lock().as_ref().map(|r| r.cq.clone());
-        wait_until(cq.as_deref(), Some(&self.ended), ms, || self.sender_done())
+        wait_until(cq.as_deref(), Some(&self.ended), ms, || {
+            self.sender_done() || !self.active()
+        })
     }
 
     /// Ends the run and frees what it holds (process context): stops posting, waits briefly
@@ -395,6 +398,8 @@ impl Run {
             a.release();
         }
         drop(res.cq);
+        // Whoever waits for the run's end: it is over.
+        self.ended.complete_all();
     }
 
     /// Gives a run what it holds besides its QPs (a CM client's connection, made before it

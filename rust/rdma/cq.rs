@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Completion queues (`struct ib_cq`) and work completions (`struct ib_wc`).
+//! Completion queues (`struct ib_cq`) and work completions (`struct ib_wc`, in [`wc`]).
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 //!
@@ -9,6 +9,10 @@
 //! every [`Wr`](super::wr::Wr) and hands the request, with its buffers, back to its owner's
 //! [`Completion::done`](super::wr::Completion::done). The [`PollContext`] chosen here decides
 //! where that runs.
+//!
+//! A CQ is either the owner's alone ([`Cq::new`], `ib_alloc_cq`) or a share of a CQ of the
+//! device's pool ([`Cq::from_pool`], `ib_cq_pool_get`), which the core spreads over the
+//! completion vectors and which several QPs (of this and of other ULPs) report to.
 //!
 //! kernel::rdma sometimes has to process a CQ's completions itself (destroying an SRQ gives
 //! back what is left in its CQ, draining a UD QP waits for handlers still running):
@@ -29,9 +33,13 @@ use crate::{
     types::ARef,
 };
 use core::{
-    fmt,
+    ffi::c_void,
     sync::atomic::{AtomicPtr, AtomicU32, Ordering},
 };
+
+pub mod wc;
+
+pub use wc::{Wc, WcOpcode, WcStatus};
 
 /// Where the completion handlers of a CQ run (`enum ib_poll_context`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,7 +67,7 @@ impl PollContext {
     }
 }
 
-/// Who polls a CQ besides the RDMA core, through `ib_cq.cq_context`.
+/// Who polls a CQ of the owner's besides the RDMA core, through `ib_cq.cq_context`.
 pub(crate) struct Shared {
     /// The task that holds the poller slot: running [`Cq::poll_direct`], or processing the CQ
     /// itself ([`Cq::exclusive`]: an SRQ teardown, a drain). It excludes every other such
@@ -86,23 +94,31 @@ unsafe extern "C" fn cq_event(event: *mut bindings::ib_event, context: *mut core
     unsafe { shared.events.raise(event) };
 }
 
-impl Shared {
-    /// Takes the poller slot; `false` if another task has it, or this one already does (a
-    /// handler polling its own CQ).
-    fn try_poll(&self) -> bool {
-        self.poller
-            .compare_exchange(
-                core::ptr::null_mut(),
-                current(),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
-            .is_ok()
-    }
+/// The poller slots of pool CQs, whose `cq_context` is not kernel::rdma's to use: one per
+/// bucket of CQ addresses. Two pool CQs in one bucket exclude each other's pollers, which only
+/// costs a wait (kernel::rdma processes a pool CQ itself only to tear something down).
+static POOL_POLLERS: [AtomicPtr<bindings::task_struct>; 64] =
+    [const { AtomicPtr::new(core::ptr::null_mut()) }; 64];
 
-    fn end_poll(&self) {
-        self.poller.store(core::ptr::null_mut(), Ordering::Release);
-    }
+/// Takes a poller slot; `false` if another task has it, or this one already does (a handler
+/// polling its own CQ).
+fn try_poll(slot: &AtomicPtr<bindings::task_struct>) -> bool {
+    slot.compare_exchange(
+        core::ptr::null_mut(),
+        current(),
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    )
+    .is_ok()
+}
+
+/// Where a CQ comes from.
+enum Origin {
+    /// Allocated for this [`Cq`] alone (`ib_alloc_cq`); its `cq_context` is this `Shared`.
+    Own(KBox<Shared>),
+    /// `entries` entries of a CQ of the device's pool (`ib_cq_pool_get`); `users` is the count
+    /// of kernel::rdma's pool users on the device, which its removal waits for.
+    Pool { entries: u32, users: *mut c_void },
 }
 
 /// A completion queue.
@@ -117,15 +133,17 @@ pub struct Cq {
 ///
 /// # Invariants
 ///
-/// `ptr` is a CQ allocated with `__ib_alloc_cq` on `device` with poll context `poll` and
-/// `shared` as its `cq_context`, valid until `RawCq` is dropped.
+/// `ptr` is a CQ on `device` with poll context `poll`, valid until `RawCq` is dropped: either
+/// allocated with `__ib_alloc_cq` with the `Shared` of [`Origin::Own`] as its `cq_context`, or
+/// taken from the device's pool, `entries` of its entries claimed, with `users` counted by
+/// `rdma_cq_pool_user_get` ([`Origin::Pool`]).
 struct RawCq {
     ptr: *mut bindings::ib_cq,
     poll: PollContext,
     device: ARef<Device>,
     /// Entries promised to the queues of the QPs that report here.
     reserved: AtomicU32,
-    shared: KBox<Shared>,
+    origin: Origin,
 }
 
 // SAFETY: A CQ may be used and freed from any thread.
@@ -134,10 +152,31 @@ unsafe impl Send for RawCq {}
 unsafe impl Sync for RawCq {}
 
 impl RawCq {
+    /// The CQ's poller slot: the task that holds it runs [`Cq::poll_direct`] or processes the
+    /// CQ itself ([`Cq::exclusive`]: an SRQ teardown, a drain), excluding every other such
+    /// caller.
+    fn slot(&self) -> &AtomicPtr<bindings::task_struct> {
+        match &self.origin {
+            Origin::Own(shared) => &shared.poller,
+            Origin::Pool { .. } => {
+                let n = self.ptr as usize / core::mem::size_of::<bindings::ib_cq>();
+                &POOL_POLLERS[n % POOL_POLLERS.len()]
+            }
+        }
+    }
+
+    /// The owner's `Shared`; `None` for a pool CQ.
+    fn shared(&self) -> Option<&Shared> {
+        match &self.origin {
+            Origin::Own(shared) => Some(shared),
+            Origin::Pool { .. } => None,
+        }
+    }
+
     /// Whether the current task runs a handler of this CQ in process context: its work item,
     /// or the holder of its poller slot (a direct poller, or kernel::rdma processing the CQ).
     fn in_handler(&self) -> bool {
-        if self.shared.poller.load(Ordering::Acquire) == current() {
+        if self.slot().load(Ordering::Acquire) == current() {
             return true;
         }
         matches!(
@@ -155,17 +194,32 @@ impl Teardown for RawCq {
     fn must_defer(&self) -> bool {
         // `ib_free_cq` waits for the CQ's work item or `irq_poll`: not from its own handler;
         // freeing the handler of its events waits for their delivery: not from there either.
-        atomic() || self.in_handler() || self.shared.events.in_delivery()
+        // Giving pool entries back takes an IRQ-disabling lock: process context.
+        match &self.origin {
+            Origin::Own(shared) => atomic() || self.in_handler() || shared.events.in_delivery(),
+            Origin::Pool { .. } => atomic(),
+        }
     }
 }
 
 impl Drop for RawCq {
     fn drop(&mut self) {
         might_sleep();
-        // SAFETY: `ptr` is valid (invariant); the QPs using it hold `Arc<Cq>` and are gone.
-        // `ib_free_cq` waits for running handlers (it sleeps: process context only, never one
-        // of its own handlers, see `must_defer`).
-        unsafe { bindings::ib_free_cq(self.ptr) };
+        match self.origin {
+            // SAFETY: `ptr` is valid (invariant); the QPs using it hold `Arc<Cq>` and are gone.
+            // `ib_free_cq` waits for running handlers (it sleeps: process context only, never
+            // one of its own handlers, see `must_defer`).
+            Origin::Own(_) => unsafe { bindings::ib_free_cq(self.ptr) },
+            Origin::Pool { entries, users } => {
+                // SAFETY: `entries` of the pool CQ `ptr` are ours (invariant), and the QPs that
+                // used them are gone; `users` was counted for this CQ, and the device's removal
+                // waits for it before it frees its pool. Process context (`must_defer`).
+                unsafe {
+                    bindings::ib_cq_pool_put(self.ptr, entries);
+                    bindings::rdma_cq_pool_user_put(users);
+                }
+            }
+        }
     }
 }
 
@@ -235,9 +289,98 @@ impl Cq {
             poll,
             device: device.into(),
             reserved: AtomicU32::new(0),
-            shared,
+            origin: Origin::Own(shared),
         })?;
         Ok(Arc::new(Cq { raw }, GFP_KERNEL)?)
+    }
+
+    /// Takes `entries` entries of a CQ of the device's shared pool (`ib_cq_pool_get`), on
+    /// completion vector `comp_vector`, or on the next vector in turn for `None`. Sleeps.
+    ///
+    /// The core keeps, per poll context, a set of large CQs (4096 entries, or the device's
+    /// `max_cqe`), one per completion vector (as many as there are online CPUs), and hands out
+    /// entries of the least used one: QPs of many connections, of this ULP and of others,
+    /// share a few CQs whose handlers spread over the CPUs, as nvmet-rdma and isert do. The
+    /// returned `Cq` stands for the share: QPs reserve their queues in its `entries` as in any
+    /// CQ, and dropping the last reference gives the entries back (`ib_cq_pool_put`); the pool
+    /// CQ itself lives until the device goes away, whose removal waits for every share.
+    ///
+    /// What is shared cannot be changed by one user: [`Cq::resize`], [`Cq::moderate`] and
+    /// [`Cq::set_event_handler`] answer `EOPNOTSUPP` (the pool gives its CQs no event handler).
+    ///
+    /// `EINVAL` for zero entries or more than the device's `max_cqe`, for
+    /// [`PollContext::Direct`] (pool CQs are polled by the core) and for a vector the device
+    /// does not have; `ENODEV` while the device is being removed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::{cq::{Cq, PollContext}, device::Device};
+    ///
+    /// fn shares(dev: &Device) -> Result {
+    ///     let a = Cq::from_pool(dev, 64, Some(0), PollContext::Softirq)?;
+    ///     let b = Cq::from_pool(dev, 64, Some(0), PollContext::Softirq)?;
+    ///     // Two small shares on one vector come from the same pool CQ.
+    ///     assert_eq!(a.comp_vector(), b.comp_vector());
+    ///     assert_eq!(a.entries(), 64);
+    ///     assert_eq!(a.resize(128), Err(EOPNOTSUPP));
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn from_pool(
+        device: &Device,
+        entries: u32,
+        comp_vector: Option<u32>,
+        poll: PollContext,
+    ) -> Result<Arc<Self>> {
+        sleepable()?;
+        // The core looks for a CQ with room, allocating pool CQs until it finds one: more than
+        // a CQ can hold would never be found.
+        if entries == 0 || entries > device.attrs().max_cqe() || poll == PollContext::Direct {
+            return Err(EINVAL);
+        }
+        let hint = match comp_vector {
+            Some(v) if v >= device.num_comp_vectors() => return Err(EINVAL),
+            Some(v) => i32::try_from(v).map_err(|_| EINVAL)?,
+            None => -1,
+        };
+        // SAFETY: `device` is a valid device.
+        let users = unsafe { bindings::rdma_cq_pool_user_get(device.as_raw()) };
+        if users.is_null() {
+            return Err(ENODEV);
+        }
+        // SAFETY: `device` is registered; `poll` is a pool poll context (checked above).
+        let ptr = match from_err_ptr(unsafe {
+            bindings::ib_cq_pool_get(device.as_raw(), entries, hint, poll.to_raw())
+        }) {
+            Ok(ptr) => ptr,
+            Err(e) => {
+                // SAFETY: Counted just above, for nothing.
+                unsafe { bindings::rdma_cq_pool_user_put(users) };
+                return Err(e);
+            }
+        };
+        // INVARIANT: `entries` of the pool CQ `ptr` of `device` were just claimed, with
+        // `users` counted. Should what follows fail, dropping `RawCq` gives them back.
+        let raw = Deferred::new(RawCq {
+            ptr,
+            poll,
+            device: device.into(),
+            reserved: AtomicU32::new(0),
+            origin: Origin::Pool { entries, users },
+        })?;
+        Ok(Arc::new(Cq { raw }, GFP_KERNEL)?)
+    }
+
+    /// Whether the CQ is a share of a pool CQ ([`Cq::from_pool`]).
+    pub fn is_pooled(&self) -> bool {
+        matches!(self.raw.origin, Origin::Pool { .. })
+    }
+
+    /// The completion vector the CQ's completions are signalled on.
+    pub fn comp_vector(&self) -> u32 {
+        // SAFETY: `ptr` is valid (invariant); `comp_vector` is set at allocation only.
+        unsafe { (*self.raw.ptr).comp_vector }
     }
 
     pub(crate) fn as_raw(&self) -> *mut bindings::ib_cq {
@@ -249,8 +392,12 @@ impl Cq {
         &self.raw.device
     }
 
-    /// The number of entries the driver actually allocated (at least the number asked for).
+    /// The number of entries the driver actually allocated (at least the number asked for);
+    /// for a pool CQ, the entries of the share.
     pub fn entries(&self) -> u32 {
+        if let Origin::Pool { entries, .. } = self.raw.origin {
+            return entries;
+        }
         // SAFETY: `ptr` is valid (invariant). `cqe` is set at creation and changed only by
         // `Cq::resize` (the driver writes it), hence the volatile read.
         u32::try_from(unsafe { (&raw const (*self.raw.ptr).cqe).read_volatile() }).unwrap_or(0)
@@ -279,20 +426,24 @@ impl Cq {
     }
 
     /// Gives the CQ a handler of its asynchronous events ([`AsyncHandler`]), once, right after
-    /// creating it. `EBUSY` if it has one already, `EAGAIN` in atomic context. The handler lives
-    /// until the CQ is freed. May sleep.
+    /// creating it. `EBUSY` if it has one already, `EAGAIN` in atomic context, `EOPNOTSUPP` for
+    /// a pool CQ. The handler lives until the CQ is freed. May sleep.
     pub fn set_event_handler<H: AsyncHandler>(&self, handler: Arc<H>) -> Result {
-        self.raw.shared.events.set(handler)
+        self.raw.shared().ok_or(EOPNOTSUPP)?.events.set(handler)
     }
 
     /// Resizes the CQ to at least `entries` entries (`ib_resize_cq`). May sleep.
     ///
     /// `EINVAL` for zero or more than the device's `max_cqe`; `EBUSY` when the QPs reporting
     /// here were promised more entries than the new size (their queues could overrun it);
-    /// `EOPNOTSUPP` when the device cannot resize CQs; what the driver answers otherwise (for
-    /// instance `EINVAL` when more completions are waiting than would fit).
+    /// `EOPNOTSUPP` when the device cannot resize CQs, and for a pool CQ; what the driver
+    /// answers otherwise (for instance `EINVAL` when more completions are waiting than would
+    /// fit).
     pub fn resize(&self, entries: u32) -> Result {
         sleepable()?;
+        if self.is_pooled() {
+            return Err(EOPNOTSUPP);
+        }
         if entries == 0 || entries > self.raw.device.attrs().max_cqe() {
             return Err(EINVAL);
         }
@@ -316,10 +467,14 @@ impl Cq {
 
     /// Asks the device to raise a completion event only after `count` completions or
     /// `period_us` microseconds: interrupt moderation (`rdma_set_cq_moderation`, formerly
-    /// `ib_modify_cq`). `EOPNOTSUPP` when the device has none (soft-RoCE has none). May sleep.
+    /// `ib_modify_cq`). `EOPNOTSUPP` when the device has none (soft-RoCE has none), and for a
+    /// pool CQ, which other users share. May sleep.
     pub fn moderate(&self, count: u16, period_us: u16) -> Result {
         // Drivers that have it talk to their firmware, which sleeps.
         sleepable()?;
+        if self.is_pooled() {
+            return Err(EOPNOTSUPP);
+        }
         // SAFETY: `ptr` is valid (invariant).
         let ret = unsafe { bindings::rdma_set_cq_moderation(self.raw.ptr, count, period_us) };
         if ret != 0 {
@@ -347,34 +502,51 @@ impl Cq {
     /// handlers, this returns `Ok(0)` at once. `EINVAL` for any other poll context, whose
     /// completions the core processes by itself.
     pub fn poll_direct(&self, budget: u32) -> Result<u32> {
-        if self.raw.poll != PollContext::Direct {
-            return Err(EINVAL);
-        }
-        let shared = &self.raw.shared;
-        if shared.waiting.load(Ordering::Acquire) != 0 || !shared.try_poll() {
+        let shared = match self.raw.shared() {
+            Some(shared) if self.raw.poll == PollContext::Direct => shared,
+            _ => return Err(EINVAL),
+        };
+        if shared.waiting.load(Ordering::Acquire) != 0 || !try_poll(&shared.poller) {
             return Ok(0);
         }
         let budget = i32::try_from(budget).unwrap_or(i32::MAX);
         // SAFETY: `ptr` is a valid direct-polled CQ (invariant and check above), polled by no
         // one else (`try_poll`).
         let n = unsafe { bindings::ib_process_cq_direct(self.raw.ptr, budget) };
-        shared.end_poll();
+        shared
+            .poller
+            .store(core::ptr::null_mut(), Ordering::Release);
         Ok(u32::try_from(n).unwrap_or(0))
     }
 
     /// Takes the CQ's poller slot for the caller, waiting for the current holder (every other
     /// direct poller gets `Ok(0)` meanwhile): the caller may then process the CQ itself. Sleeps:
     /// process context, not one of the CQ's handlers.
+    ///
+    /// Callers that need the slots of two CQs take them in the order of [`Cq::slot_key`], and
+    /// only one of two CQs with the same key (pool CQs can share a slot).
     pub(crate) fn exclusive(&self) -> Exclusive<'_> {
         might_sleep();
-        let shared = &self.raw.shared;
-        shared.waiting.fetch_add(1, Ordering::AcqRel);
-        while !shared.try_poll() {
+        let waiting = self.raw.shared().map(|s| &s.waiting);
+        if let Some(w) = waiting {
+            w.fetch_add(1, Ordering::AcqRel);
+        }
+        while !try_poll(self.raw.slot()) {
             // SAFETY: Process context (`might_sleep` above).
             unsafe { bindings::msleep(1) };
         }
-        shared.waiting.fetch_sub(1, Ordering::AcqRel);
-        Exclusive(self)
+        if let Some(w) = waiting {
+            w.fetch_sub(1, Ordering::AcqRel);
+        }
+        Exclusive {
+            cq: self,
+            owns: true,
+        }
+    }
+
+    /// Identifies the CQ's poller slot: the order in which to take two CQs' slots.
+    pub(crate) fn slot_key(&self) -> usize {
+        core::ptr::from_ref(self.raw.slot()) as usize
     }
 
     /// [`Exclusive::quiesce`], with the poller slot taken and given back.
@@ -398,15 +570,28 @@ impl Cq {
 }
 
 /// The poller slot of a CQ, held (see [`Cq::exclusive`]); dropping it gives the slot back.
-pub(crate) struct Exclusive<'a>(&'a Cq);
+pub(crate) struct Exclusive<'a> {
+    cq: &'a Cq,
+    /// Whether dropping the guard gives the slot back: not for [`Exclusive::sharing`].
+    owns: bool,
+}
 
 impl Exclusive<'_> {
+    /// The slot held here as the slot of `other` too, if it is `other`'s (two pool CQs may
+    /// share one); the returned guard does not give it back.
+    pub(crate) fn sharing<'b>(&self, other: &'b Cq) -> Option<Exclusive<'b>> {
+        (other.slot_key() == self.cq.slot_key()).then_some(Exclusive {
+            cq: other,
+            owns: false,
+        })
+    }
+
     /// Processes up to `budget` completions of a direct CQ here; nothing for other CQs, whose
     /// completions their poller processes.
     pub(crate) fn poll(&self, budget: i32) {
-        if self.0.raw.poll == PollContext::Direct {
+        if self.cq.raw.poll == PollContext::Direct {
             // SAFETY: A valid direct CQ (invariant), whose poller slot is ours.
-            unsafe { bindings::ib_process_cq_direct(self.0.raw.ptr, budget) };
+            unsafe { bindings::ib_process_cq_direct(self.cq.raw.ptr, budget) };
         }
     }
 
@@ -417,13 +602,18 @@ impl Exclusive<'_> {
     /// they do from `irq_poll`. Sleeps.
     pub(crate) fn quiesce(&self) {
         // SAFETY: `ptr` is valid; process context; no direct poller runs (the slot is ours).
-        unsafe { bindings::rdma_cq_quiesce(self.0.raw.ptr) };
+        unsafe { bindings::rdma_cq_quiesce(self.cq.raw.ptr) };
     }
 }
 
 impl Drop for Exclusive<'_> {
     fn drop(&mut self) {
-        self.0.raw.shared.end_poll();
+        if self.owns {
+            self.cq
+                .raw
+                .slot()
+                .store(core::ptr::null_mut(), Ordering::Release);
+        }
     }
 }
 
@@ -448,228 +638,5 @@ impl Orphan {
     pub(crate) unsafe fn flush(self, cq: &Cq) {
         // SAFETY: Per the safety requirements, the request is the caller's to give back, once.
         cq.as_handler(|| unsafe { (self.flush)(self.raw) });
-    }
-}
-
-/// The status of a work completion (`enum ib_wc_status`).
-///
-/// # Examples
-///
-/// A handler tells a flushed request (its QP was stopped) from a real failure:
-///
-/// ```
-/// use kernel::rdma::cq::WcStatus;
-///
-/// fn retry_worth(s: WcStatus) -> bool {
-///     !matches!(s, WcStatus::Success | WcStatus::WrFlushErr)
-/// }
-/// assert!(retry_worth(WcStatus::RnrRetryExcErr));
-/// assert!(!retry_worth(WcStatus::WrFlushErr));
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WcStatus {
-    /// The work request completed.
-    Success,
-    /// Local length error: a receive buffer too small for the message, for instance.
-    LocLenErr,
-    /// Local QP operation error.
-    LocQpOpErr,
-    /// Local protection error: an lkey or SGE that does not cover the buffer.
-    LocProtErr,
-    /// The QP went to the error state and the request was flushed without being executed.
-    WrFlushErr,
-    /// Bad response from the responder.
-    BadRespErr,
-    /// Local access error.
-    LocAccessErr,
-    /// Remote invalid request error.
-    RemInvReqErr,
-    /// Remote access error: a wrong rkey, address or access right at the responder.
-    RemAccessErr,
-    /// Remote operation error.
-    RemOpErr,
-    /// Transport retries exhausted: the peer did not answer.
-    RetryExcErr,
-    /// RNR retries exhausted: the peer had no receive posted.
-    RnrRetryExcErr,
-    /// Another status (its `enum ib_wc_status` value).
-    Other(u32),
-}
-
-impl WcStatus {
-    fn from_raw(s: bindings::ib_wc_status) -> Self {
-        match s {
-            bindings::ib_wc_status_IB_WC_SUCCESS => Self::Success,
-            bindings::ib_wc_status_IB_WC_LOC_LEN_ERR => Self::LocLenErr,
-            bindings::ib_wc_status_IB_WC_LOC_QP_OP_ERR => Self::LocQpOpErr,
-            bindings::ib_wc_status_IB_WC_LOC_PROT_ERR => Self::LocProtErr,
-            bindings::ib_wc_status_IB_WC_WR_FLUSH_ERR => Self::WrFlushErr,
-            bindings::ib_wc_status_IB_WC_BAD_RESP_ERR => Self::BadRespErr,
-            bindings::ib_wc_status_IB_WC_LOC_ACCESS_ERR => Self::LocAccessErr,
-            bindings::ib_wc_status_IB_WC_REM_INV_REQ_ERR => Self::RemInvReqErr,
-            bindings::ib_wc_status_IB_WC_REM_ACCESS_ERR => Self::RemAccessErr,
-            bindings::ib_wc_status_IB_WC_REM_OP_ERR => Self::RemOpErr,
-            bindings::ib_wc_status_IB_WC_RETRY_EXC_ERR => Self::RetryExcErr,
-            bindings::ib_wc_status_IB_WC_RNR_RETRY_EXC_ERR => Self::RnrRetryExcErr,
-            other => Self::Other(other),
-        }
-    }
-}
-
-/// The kind of work that completed (`enum ib_wc_opcode`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WcOpcode {
-    /// A SEND (with or without immediate data).
-    Send,
-    /// An RDMA WRITE (with or without immediate data).
-    RdmaWrite,
-    /// An RDMA READ.
-    RdmaRead,
-    /// An atomic compare-and-swap.
-    CompSwap,
-    /// An atomic fetch-and-add.
-    FetchAdd,
-    /// A local invalidate.
-    LocalInv,
-    /// A fast memory registration.
-    RegMr,
-    /// A receive consumed by a SEND.
-    Recv,
-    /// A receive consumed by an RDMA WRITE with immediate data.
-    RecvRdmaWithImm,
-    /// Another opcode (its `enum ib_wc_opcode` value).
-    Other(u32),
-}
-
-impl WcOpcode {
-    fn from_raw(o: bindings::ib_wc_opcode) -> Self {
-        match o {
-            bindings::ib_wc_opcode_IB_WC_SEND => Self::Send,
-            bindings::ib_wc_opcode_IB_WC_RDMA_WRITE => Self::RdmaWrite,
-            bindings::ib_wc_opcode_IB_WC_RDMA_READ => Self::RdmaRead,
-            bindings::ib_wc_opcode_IB_WC_COMP_SWAP => Self::CompSwap,
-            bindings::ib_wc_opcode_IB_WC_FETCH_ADD => Self::FetchAdd,
-            bindings::ib_wc_opcode_IB_WC_LOCAL_INV => Self::LocalInv,
-            bindings::ib_wc_opcode_IB_WC_REG_MR => Self::RegMr,
-            bindings::ib_wc_opcode_IB_WC_RECV => Self::Recv,
-            bindings::ib_wc_opcode_IB_WC_RECV_RDMA_WITH_IMM => Self::RecvRdmaWithImm,
-            other => Self::Other(other),
-        }
-    }
-}
-
-/// A work completion, as handed to [`Completion::done`](super::wr::Completion::done).
-///
-/// Only `status` and (for the requests that carry them) the fields of a successful completion
-/// are meaningful; for an error completion the other fields are undefined, and the accessors
-/// say so by returning `None` or zero.
-#[derive(Clone, Copy)]
-pub struct Wc {
-    raw: bindings::ib_wc,
-    qp_num: u32,
-}
-
-// SAFETY: A `Wc` is a copy of a completion's fields; the pointers among them (the request's
-// `ib_cqe`, the QP) are never dereferenced through it.
-unsafe impl Send for Wc {}
-// SAFETY: As for `Send`: `&Wc` only reads copied values.
-unsafe impl Sync for Wc {}
-
-impl Wc {
-    /// A completion as the core dispatched it, with the number of the QP it belongs to (read
-    /// while that QP was known to be alive; 0 when it was not).
-    #[inline]
-    pub(crate) fn new(raw: &bindings::ib_wc, qp_num: u32) -> Self {
-        Self { raw: *raw, qp_num }
-    }
-
-    /// The completion as the C API has it (its pointers are not to be dereferenced).
-    pub(crate) fn as_raw(&self) -> &bindings::ib_wc {
-        &self.raw
-    }
-
-    /// A flush completion for a request that kernel::rdma hands back itself ([`Orphan`]).
-    pub(crate) fn flushed() -> Self {
-        // SAFETY: All-zeroes is a valid `ib_wc` (null pointers, zero fields).
-        let mut raw: bindings::ib_wc = unsafe { core::mem::zeroed() };
-        raw.status = bindings::ib_wc_status_IB_WC_WR_FLUSH_ERR;
-        Self { raw, qp_num: 0 }
-    }
-
-    /// The status of the completion.
-    pub fn status(&self) -> WcStatus {
-        WcStatus::from_raw(self.raw.status)
-    }
-
-    /// Whether the work request succeeded.
-    pub fn is_ok(&self) -> bool {
-        self.raw.status == bindings::ib_wc_status_IB_WC_SUCCESS
-    }
-
-    /// What completed; `None` for an error completion, where the opcode is undefined.
-    pub fn opcode(&self) -> Option<WcOpcode> {
-        self.is_ok().then(|| WcOpcode::from_raw(self.raw.opcode))
-    }
-
-    /// Bytes received (receive completions) or transferred (RDMA READ); 0 on error.
-    pub fn byte_len(&self) -> u32 {
-        if self.is_ok() {
-            self.raw.byte_len
-        } else {
-            0
-        }
-    }
-
-    /// The immediate data of a SEND or RDMA WRITE with immediate, in host byte order.
-    pub fn imm_data(&self) -> Option<u32> {
-        let with_imm = self.raw.wc_flags & bindings::ib_wc_flags_IB_WC_WITH_IMM as i32 != 0;
-        // SAFETY: With `IB_WC_WITH_IMM` set, the `ex` union holds `imm_data`.
-        (self.is_ok() && with_imm).then(|| u32::from_be(unsafe { self.raw.ex.imm_data }))
-    }
-
-    /// The rkey that the sender of a SEND with invalidate revoked, on a receive completion: the
-    /// local MR with that rkey no longer grants access (see
-    /// [`Mr::invalidated_by`](super::mr::Mr::invalidated_by)).
-    pub fn invalidated_rkey(&self) -> Option<u32> {
-        let inv = self.raw.wc_flags & bindings::ib_wc_flags_IB_WC_WITH_INVALIDATE as i32 != 0;
-        if !(self.is_ok() && inv) {
-            return None;
-        }
-        // SAFETY: With `IB_WC_WITH_INVALIDATE` set, the `ex` union holds `invalidate_rkey`.
-        Some(unsafe { self.raw.ex.invalidate_rkey })
-    }
-
-    /// Whether a UD receive buffer starts with the 40-byte GRH (always on RoCE).
-    pub fn has_grh(&self) -> bool {
-        self.is_ok() && self.raw.wc_flags & bindings::ib_wc_flags_IB_WC_GRH as i32 != 0
-    }
-
-    /// The sending QP of a UD receive.
-    pub fn src_qp(&self) -> Option<u32> {
-        self.is_ok().then_some(self.raw.src_qp)
-    }
-
-    /// The vendor error syndrome of an error completion.
-    pub fn vendor_err(&self) -> u32 {
-        self.raw.vendor_err
-    }
-
-    /// The number of the QP the work request was posted on, or (for a receive taken from an
-    /// [`Srq`](super::srq::Srq)) that consumed it; 0 when that QP was already destroyed, or for
-    /// a request that kernel::rdma flushed itself (a receive left on a destroyed SRQ, a request
-    /// the driver took only part of).
-    pub fn qp_num(&self) -> u32 {
-        self.qp_num
-    }
-}
-
-impl fmt::Debug for Wc {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Wc")
-            .field("status", &self.status())
-            .field("opcode", &self.opcode())
-            .field("byte_len", &self.byte_len())
-            .field("qp_num", &self.qp_num())
-            .finish()
     }
 }

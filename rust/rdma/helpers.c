@@ -2,18 +2,21 @@
 /*
  * Out-of-line copies of the static inline functions that kernel::rdma calls.
  * One function each; bindgen exposes rust_helper_foo() as bindings::foo().
+ * At the end, the client that keeps the device CQ pools alive for kernel::rdma's users.
  */
 
 #include <linux/bottom_half.h>
 #include <linux/completion.h>
 #include <linux/device.h>
 #include <linux/hardirq.h>
+#include <linux/init.h>
 #include <linux/kernel.h>
 #include <linux/module.h>
 #include <linux/netdevice.h>
 #include <linux/preempt.h>
 #include <linux/scatterlist.h>
 #include <linux/sched.h>
+#include <linux/slab.h>
 #include <linux/spinlock.h>
 #include <rdma/ib_addr.h>
 #include <rdma/ib_verbs.h>
@@ -283,4 +286,96 @@ struct scatterlist *rust_helper_rdma_sg_dma(struct scatterlist *sg, u64 *addr,
 bool rust_helper_rdma_protocol_iwarp(const struct ib_device *device, u32 port_num)
 {
 	return rdma_protocol_iwarp(device, port_num);
+}
+
+/*
+ * kernel::rdma's share of the device CQ pools (ib_cq_pool_get/put).
+ *
+ * The core frees a device's pool CQs (ib_cq_pool_cleanup) as soon as every client's
+ * remove() has returned, without waiting for the device's references.  A Rust object that
+ * holds a pool CQ may outlive its client's remove(): a QP whose last reference dropped in a
+ * completion handler is destroyed by a work item.  So kernel::rdma counts its pool CQ users
+ * per device, and the remove() of a client of its own waits for the count to reach zero.
+ * The client registers at fs_initcall, after ib_core's own clients and before rdma_cm and
+ * every ULP, so its remove() runs after theirs (clients are removed in reverse order).
+ */
+struct rdma_cq_pool_users {
+	unsigned long count;
+	bool dying;
+};
+
+static DEFINE_SPINLOCK(rdma_cq_pool_lock);
+static struct ib_client rdma_cq_pool_client;
+
+static int rdma_cq_pool_add(struct ib_device *dev)
+{
+	struct rdma_cq_pool_users *u = kzalloc(sizeof(*u), GFP_KERNEL);
+
+	/* Without it, kernel::rdma answers -ENOMEM for pool CQs on this device. */
+	if (u)
+		ib_set_client_data(dev, &rdma_cq_pool_client, u);
+	return 0;
+}
+
+static void rdma_cq_pool_remove(struct ib_device *dev, void *data)
+{
+	struct rdma_cq_pool_users *u = data;
+	unsigned int waited = 0;
+
+	if (!u)
+		return;
+	spin_lock(&rdma_cq_pool_lock);
+	u->dying = true;
+	spin_unlock(&rdma_cq_pool_lock);
+	while (READ_ONCE(u->count)) {
+		if (waited && !(waited % 10000))
+			pr_warn("kernel::rdma: %s: waiting for %lu CQ pool users\n",
+				dev_name(&dev->dev), READ_ONCE(u->count));
+		schedule_timeout_idle(msecs_to_jiffies(10));
+		waited += 10;
+	}
+	ib_set_client_data(dev, &rdma_cq_pool_client, NULL);
+	/* Users that loaded @u before it was cleared have left the lock. */
+	spin_lock(&rdma_cq_pool_lock);
+	spin_unlock(&rdma_cq_pool_lock);
+	kfree(u);
+}
+
+static struct ib_client rdma_cq_pool_client = {
+	.name = "kernel_rdma_cq_pool",
+	.add = rdma_cq_pool_add,
+	.remove = rdma_cq_pool_remove,
+};
+
+static int __init rdma_cq_pool_init(void)
+{
+	return ib_register_client(&rdma_cq_pool_client);
+}
+fs_initcall(rdma_cq_pool_init);
+
+/*
+ * Counts a user of @dev's CQ pool; returns what rust_helper_rdma_cq_pool_user_put() takes,
+ * or NULL (-ENODEV) when the device is being removed or was never added.
+ */
+void *rust_helper_rdma_cq_pool_user_get(struct ib_device *dev)
+{
+	struct rdma_cq_pool_users *u;
+
+	spin_lock(&rdma_cq_pool_lock);
+	u = ib_get_client_data(dev, &rdma_cq_pool_client);
+	if (u && !u->dying)
+		WRITE_ONCE(u->count, u->count + 1);
+	else
+		u = NULL;
+	spin_unlock(&rdma_cq_pool_lock);
+	return u;
+}
+
+void rust_helper_rdma_cq_pool_user_put(void *users)
+{
+	struct rdma_cq_pool_users *u = users;
+
+	spin_lock(&rdma_cq_pool_lock);
+	WRITE_ONCE(u->count, u->count - 1);
+	spin_unlock(&rdma_cq_pool_lock);
 }

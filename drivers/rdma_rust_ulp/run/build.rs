@@ -8,7 +8,6 @@ use crate::ctl::{Op, Role, Spec};
 use kernel::prelude::*;
 use kernel::rdma::{
     ah::Ah,
-    cq::Cq,
     device::Device,
     dma::{DmaSg, MAX_BUF, MAX_SG_PAGES},
     mr::{Access, Mr},
@@ -59,7 +58,7 @@ impl Run {
             )));
         }
         let pd = Pd::new(dev)?;
-        let cq = Cq::new(dev, depth + rx_depth + 8, 0, spec.poll)?;
+        let cq = spec.new_cq(dev, depth + rx_depth + 8)?;
         let tx_caps = QpCaps {
             send_depth: depth,
             recv_depth: 1,

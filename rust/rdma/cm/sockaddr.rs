@@ -77,6 +77,25 @@ impl SockAddr {
         matches!(self, Self::V6(a) if a.ip[0] == 0xfe && a.ip[1] & 0xc0 == 0x80)
     }
 
+    /// Whether this is a multicast group address (`224.0.0.0/4`, `ff00::/8`): what
+    /// [`Id::join_multicast`](super::Id::join_multicast) takes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::cm::{SockAddr, SockAddrV4};
+    ///
+    /// let group = SockAddr::from(SockAddrV4 { ip: [239, 1, 2, 3], port: 0 });
+    /// let host = SockAddr::from(SockAddrV4 { ip: [10, 1, 2, 3], port: 0 });
+    /// assert!(group.is_multicast() && !host.is_multicast());
+    /// ```
+    pub fn is_multicast(&self) -> bool {
+        match self {
+            Self::V4(a) => a.ip[0] & 0xf0 == 0xe0,
+            Self::V6(a) => a.ip[0] == 0xff,
+        }
+    }
+
     /// The address as the C API takes it.
     pub(crate) fn to_raw(self) -> bindings::__kernel_sockaddr_storage {
         // SAFETY: All-zeroes is a valid socket address storage (and the padding of both

@@ -81,17 +81,23 @@ impl QpInner {
         unsafe { (*self.ptr).qp_num }
     }
 
-    /// Takes the poller slots of the QP's CQs, in address order, so that two drains of QPs
+    /// Takes the poller slots of the QP's CQs, in slot order, so that two drains of QPs
     /// sharing CQs cannot wait for each other. Sleeps.
     fn exclusive(&self) -> Slots<'_> {
         let (s, r) = (&*self.keep.send_cq, &*self.keep.recv_cq);
-        if core::ptr::eq(s, r) {
+        if s.as_raw() == r.as_raw() {
             return Slots {
                 first: s.exclusive(),
                 second: None,
             };
         }
-        let (a, b) = if (s as *const _ as usize) < (r as *const _ as usize) {
+        if s.slot_key() == r.slot_key() {
+            // Two pool CQs with one slot: taking it once excludes the pollers of both.
+            let first = s.exclusive();
+            let second = first.sharing(r);
+            return Slots { first, second };
+        }
+        let (a, b) = if s.slot_key() < r.slot_key() {
             (s, r)
         } else {
             (r, s)
@@ -155,7 +161,9 @@ impl QpInner {
             );
             return;
         }
-        for _ in 0..UD_DRAIN_MS {
+        // A deadline, not a count of sleeps: `msleep(1)` lasts a jiffy or two, not 1 ms.
+        let deadline = crate::time::Ktime::ktime_get().to_ns() + i64::from(UD_DRAIN_MS) * 1_000_000;
+        while crate::time::Ktime::ktime_get().to_ns() < deadline {
             if self.outstanding() == (0, 0) {
                 slots.quiesce();
                 return;

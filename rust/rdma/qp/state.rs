@@ -30,7 +30,10 @@ pub struct RcParams {
     pub max_rd_atomic: u8,
     /// Minimum RNR NAK timer (IB encoding; 12 = 0.64 ms).
     pub min_rnr_timer: u8,
-    /// Local ACK timeout (4.096 us * 2^timeout; 14 = 67 ms).
+    /// Local ACK timeout (4.096 us * 2^timeout). The default, 17 (537 ms), is what rdma_cm
+    /// gives RoCE connections (its packet lifetime, 16, plus one): a shorter one makes
+    /// soft-RoCE on a loaded host retransmit multi-packet WRITEs whose first copy is still
+    /// on its way, which its responder can answer with a remote invalid request error.
     pub timeout: u8,
     /// Transport retries.
     pub retry_cnt: u8,
@@ -44,7 +47,7 @@ impl Default for RcParams {
             path_mtu: None,
             max_rd_atomic: 8,
             min_rnr_timer: 12,
-            timeout: 14,
+            timeout: 17,
             retry_cnt: 7,
             rnr_retry: 7,
         }

@@ -153,6 +153,28 @@ cm_peer_a_ud_client() {
 	nc_send 10.88.0.2 5006 done
 	[ "$(ulp_stat "$id" messages)" = "$count" ] && [ "$(ulp_stat "$id" errors)" = 0 ]
 }
+# Multicast between the guests: two receivers on b joined to one group, the
+# sender on a; each datagram reaches both of b's QPs.
+cm_peer_b_mcast_receivers() {
+	local r1 r2
+	ulp_ctl start cm=server mode=ud addr=10.88.0.2 port=7307 mcast=239.88.0.7 count="$count" size=1024 || return 1
+	r1=$(ulp_last_id)
+	ulp_ctl start cm=server mode=ud addr=10.88.0.2 port=7308 mcast=239.88.0.7 count="$count" size=1024 ||
+		{ ulp_ctl stop id="$r1"; return 1; }
+	r2=$(ulp_last_id)
+	nc_send 10.88.0.1 5007 joined || { ulp_ctl stop all; echo "the sender did not take our word"; return 1; }
+	[ "$(nc_recv 5008)" = done ] || { ulp_ctl stop all; echo "the sender did not finish"; return 1; }
+	mcast_receivers_ok "$count" "$r1" "$r2"
+}
+cm_peer_a_mcast_sender() {
+	local id
+	[ "$(nc_recv 5007)" = joined ] || { echo "the receivers did not join"; return 1; }
+	ulp_ctl start cm=client mode=ud addr=10.88.0.1 port=7309 mcast=239.88.0.7 count="$count" size=1024 wait=1
+	id=$(ulp_last_id)
+	nc_send 10.88.0.2 5008 done
+	ulp_row "$id"
+	[ "$(ulp_stat "$id" messages)" = "$count" ] && [ "$(ulp_stat "$id" errors)" = 0 ]
+}
 # b deletes its device under a connection to a's server: b's run is stopped
 # and freed by remove(); a's server sees the disconnect and frees the
 # connection; neither hangs.
@@ -195,6 +217,7 @@ mode_peer_a() {
 	check cm_rping_server_for_peer_ulp_client_ipv6 cm_peer_a_rping_serves6
 	check cm_ulp_rc_server_for_peer cm_peer_a_rc_server
 	check cm_ulp_ud_client_to_peer cm_peer_a_ud_client
+	check cm_ulp_multicast_sender cm_peer_a_mcast_sender
 	check cm_peer_link_delete_seen cm_peer_a_link_delete_server
 	cat $ULP/stats | while IFS= read -r l; do kmsg "rdmatest: peer-a: $l"; done
 	check ulp_rmmod timeout 30 rmmod rdma_rust_ulp
@@ -241,6 +264,7 @@ mode_peer_b() {
 	check cm_ulp_client_to_peer_rping_server_ipv6 cm_peer_b_ulp_to_rping6
 	check cm_ulp_rc_client_to_peer cm_peer_b_rc_client
 	check cm_ulp_ud_server_for_peer cm_peer_b_ud_server
+	check cm_ulp_multicast_two_receivers cm_peer_b_mcast_receivers
 	check cm_link_delete_under_connection cm_peer_b_link_delete_client
 	cat $ULP/stats | while IFS= read -r l; do kmsg "rdmatest: peer-b: $l"; done
 	check ulp_rmmod timeout 30 rmmod rdma_rust_ulp

@@ -50,6 +50,10 @@ bad_ctl() {
 		"start dev=rxe0 frob=1" "start dev=rxe0 size" "start dev=rxe0 poll=irq" \
 		"start dev=rxe0 mode=ud size=4096" "start dev=rxe0 mode=ud op=write" \
 		"start dev=rxe0 op=write size=65536 depth=64" "start dev=rxe0 size=4 validate=1" \
+		"start dev=rxe0 pool=1 poll=direct" "start dev=rxe0 pool=2" \
+		"start cm=server addr=10.77.0.1 port=7299 mcast=239.1.1.1" \
+		"start cm=server mode=ud addr=10.77.0.1 port=7299 mcast=10.1.1.1" \
+		"start dev=rxe0 mode=ud mcast=239.1.1.1" \
 		"stop" "stop id=999" "stop id=x" "wait id=999 extra" "clear now"; do
 		mark
 		if ulp_ctl "$c" 2> /tmp/err; then
@@ -136,20 +140,25 @@ ulp_has() { ulp_row "$1"; [ "$(ulp_stat "$1" "$2")" = "$3" ]; }
 # ulp_above ID COLUMN N: the cell is a number above N
 ulp_above() { [ "$(ulp_stat "$1" "$2")" -gt "$3" ] 2> /dev/null; }
 
-# ulp_link_delete_mid_run: deleting a device under a run stops and frees the
-# run from remove(), promptly; the device comes back and runs again.
+# ulp_link_delete_mid_run: deleting a device under runs (one with its own CQ,
+# one on a share of the device's CQ pool, which the core frees right after the
+# clients' remove()) stops and frees the runs from remove(), promptly; the
+# device comes back and runs again.
 ulp_link_delete_mid_run() {
 	rdma resource show
 	ulp_ctl start mode=rc op=send size=1024 count=1000000000 dev=rxe1 || return 1
 	id=$(ulp_last_id)
+	ulp_ctl start mode=rc op=write size=4096 count=1000000000 pool=1 poll=workqueue dev=rxe1 || return 1
+	pool_id=$(ulp_last_id)
 	sleep 1
 	t0=$(uptime_ms)
 	mark
 	timeout 30 rdma link delete rxe1 || { echo "rdma link delete failed"; return 1; }
 	echo "rdma link delete took $(( $(uptime_ms) - t0 )) ms"
-	since_mark | grep -q "rdma_rust_ulp: rxe1: detached (1 runs stopped)" ||
+	since_mark | grep -q "rdma_rust_ulp: rxe1: detached (2 runs stopped)" ||
 		{ echo "no detach message"; return 1; }
-	[ -z "$(ulp_stat "$id" state)" ] || { echo "run $id still listed"; return 1; }
+	[ -z "$(ulp_stat "$id" state)$(ulp_stat "$pool_id" state)" ] ||
+		{ echo "run $id or $pool_id still listed"; return 1; }
 	add_rxe rxe1 veth1 || { echo "rxe1 did not come back"; return 1; }
 	ulp_run 100 1 mode=rc op=send size=4096 dev=rxe1
 }
@@ -187,6 +196,9 @@ ulp_traffic() {
 	check ud_send_1KiB ulp_ud_run 300 mode=ud op=send size=1024 dev=rxe0
 	check ud_send_direct ulp_ud_run 300 mode=ud op=send size=256 poll=direct dev=rxe1
 	check ud_send_imm_512B ulp_ud_run 300 mode=ud op=send_imm size=512 poll=workqueue dev=rxe0
+	# The pool's CQs stay until their device goes: rxe1, whose deletion below frees them.
+	check rc_send_cq_pool ulp_run 300 1 mode=rc op=send size=4096 pool=1 dev=rxe1
+	check ud_send_cq_pool ulp_ud_run 300 mode=ud op=send size=1024 pool=1 poll=workqueue dev=rxe1
 	check default_depth_used ulp_has 1 depth 8
 	check device_totals ulp_device_totals
 	check concurrent_runs ulp_concurrent
@@ -306,6 +318,58 @@ ulp_cm_pair() {
 		ulp_clean "$cid" "$n" 0 && ulp_clean "$sid" "$n" 1
 	fi
 }
+# mcast_receivers_ok N ID...: receiver runs of a multicast group that was sent
+# N datagrams: each got some (UD may drop: what did not arrive is counted),
+# none corrupt or duplicated. Stops them.
+mcast_receivers_ok() {
+	local n=$1 id ok=0; shift
+	for id in "$@"; do
+		if ! wait_for 10 ulp_has "$id" received "$n"; then
+			t0=$(uptime_ms)
+			ulp_ctl stop id="$id"
+			echo "stopping receiver run $id took $(( $(uptime_ms) - t0 )) ms"
+		fi
+		ulp_ctl wait id="$id"
+		ulp_row "$id"
+		kmsg "rdmatest: multicast receiver run $id: $(ulp_stat "$id" received) of $n datagrams arrived"
+		[ "$(ulp_stat "$id" received)" -gt 0 ] && [ "$(ulp_stat "$id" corrupt)" = 0 ] &&
+			[ "$(ulp_stat "$id" dup)" = 0 ] && [ "$(ulp_stat "$id" errors)" = 0 ] || ok=1
+	done
+	return $ok
+}
+# ulp_cm_mcast: two receivers on rxe0 joined to one group, a sender on rxe1:
+# each of its datagrams reaches both QPs; the group is left when the runs end.
+ulp_cm_mcast() {
+	local r1 r2 n=200
+	ulp_ctl start cm=server mode=ud addr=10.77.0.1 port=7213 mcast=239.77.0.9 count=$n size=1024 || return 1
+	r1=$(ulp_last_id)
+	ulp_ctl start cm=server mode=ud addr=10.77.0.1 port=7214 mcast=239.77.0.9 count=$n size=1024 ||
+		{ ulp_ctl stop id="$r1"; return 1; }
+	r2=$(ulp_last_id)
+	# On RoCE the CM joins the IP group on the netdev too, so that it takes the
+	# packets: the group's MAC (01:00:5e and its low 23 bits) is on veth0.
+	ip maddr show dev veth0 | grep -q 01:00:5e:4d:00:09 ||
+		{ ip maddr show dev veth0; ulp_ctl stop all; echo "veth0 did not join the IP group"; return 1; }
+	# The sender on veth0 too: the host's own multicast is looped back on the
+	# interface that is a member (rxe1's veth1 would carry it to veth0 with a
+	# source address of this host, which the IP layer drops as martian).
+	ulp_ctl start cm=client mode=ud addr=10.77.0.1 port=7215 mcast=239.77.0.9 count=$n size=1024 wait=1 ||
+		{ ulp_ctl stop all; return 1; }
+	ulp_row "$(ulp_last_id)"
+	[ "$(ulp_stat "$(ulp_last_id)" messages)" = "$n" ] || { ulp_ctl stop all; return 1; }
+	mcast_receivers_ok $n "$r1" "$r2" || return 1
+	# A receiver stopped while joined, its receives posted: stop frees it promptly.
+	ulp_ctl start cm=server mode=ud addr=10.77.0.1 port=7216 mcast=239.77.0.9 count=$n size=1024 || return 1
+	t0=$(uptime_ms)
+	ulp_ctl stop id="$(ulp_last_id)" || return 1
+	t=$(( $(uptime_ms) - t0 ))
+	echo "stopping a joined receiver took $t ms"
+	[ $t -lt 10000 ] || { echo "stop took $t ms"; return 1; }
+	ulp_ctl clear
+	# The runs gone, their ids have left the group, and the netdev the IP group.
+	wait_for 10 sh -c "! ip maddr show dev veth0 | grep -q 01:00:5e:4d:00:09" ||
+		{ ip maddr show dev veth0; echo "the group was not left"; return 1; }
+}
 # ulp_cm_refused: no listener on the port: REJECTED, a clean error, no run left
 ulp_cm_refused() {
 	mark
@@ -355,6 +419,7 @@ ulp_cm() {
 	check ulp_client_to_rping_server ulp_cm_ping_rping 10.77.0.1 7202 1000 64
 	check ulp_client_to_ulp_server_rc ulp_cm_pair 10.77.0.1 7203 rc 300 4096
 	check ulp_client_to_ulp_server_ud ulp_cm_pair 10.77.0.1 7204 ud 300 1024
+	check ulp_multicast_two_receivers ulp_cm_mcast
 	check no_listener_rejected ulp_cm_refused
 	check no_host_unreachable ulp_cm_unreachable
 	check oversize_rejected_with_reason ulp_cm_too_big

@@ -11,8 +11,9 @@
 # VM_TIMEOUT (seconds per boot, default 1800), PEER_COUNT/PEER_SIZE (rping
 # between the two guests), TOPOLOGY=loopback|peers|all (default all),
 # RDMATEST_EXTRA (more loopback-guest arguments; rdmatest.only=cm runs only the
-# rdma_cm suite there, rdmatest.only=kunit only the KUnit suites and the module
-# unload check, for quick iterations).
+# rdma_cm suite there, rdmatest.only=traffic only the ULP traffic suite,
+# rdmatest.only=kunit only the KUnit suites and the module unload check, for
+# quick iterations).
 . "$(dirname "$0")/lib.sh"
 
 mode=${1:-test}
@@ -135,6 +136,7 @@ if [ "$TOPOLOGY" != peers ]; then
 	case "${RDMATEST_EXTRA:-}" in
 	*rdmatest.only=kunit*) expect+=,$kunit ;;
 	*rdmatest.only=cm*) expect+=,rdma_ulp_cm ;;
+	*rdmatest.only=traffic*) expect+=,rdma_ulp_traffic ;;
 	*) expect+=,rdma_setup,$kunit,rdma_rust_ulp,rdma_ulp_traffic,rdma_ulp_cm,rdma_samples,rdma_loopback,rdma_leaks ;;
 	esac
 fi

@@ -128,6 +128,7 @@ RDMA_KUNIT_CASE(rdma_kunit_verbs_query)
 RDMA_KUNIT_CASE(rdma_kunit_verbs_ud_reply)
 RDMA_KUNIT_CASE(rdma_kunit_verbs_cm_options)
 RDMA_KUNIT_CASE(rdma_kunit_verbs_multicast)
+RDMA_KUNIT_CASE(rdma_kunit_verbs_cq_pool)
 RDMA_KUNIT_CASE(rdma_kunit_sound_last_refs_in_handler)
 RDMA_KUNIT_CASE(rdma_kunit_sound_foreign_objects)
 RDMA_KUNIT_CASE(rdma_kunit_sound_cm_one_qp)
@@ -192,6 +193,7 @@ static struct kunit_case rdma_verbs_cases[] = {
 	KUNIT_CASE(rdma_kunit_verbs_ud_reply_case),
 	KUNIT_CASE(rdma_kunit_verbs_cm_options_case),
 	KUNIT_CASE(rdma_kunit_verbs_multicast_case),
+	KUNIT_CASE(rdma_kunit_verbs_cq_pool_case),
 	KUNIT_CASE_SLOW(rdma_kunit_verbs_ctor_failures_case),
 	{}
 };
