@@ -40,8 +40,16 @@ sync_dir "$PROJECT_DIR/samples/rdma_rust" "$KSRC/drivers/rdma_rust/samples/rdma_
 
 # --- 2. configuration --------------------------------------------------------
 fragment=$KUNIT_DIR/rdma.config
+if [ "$FLAVOR" = release ]; then
+	# rdma.config with release.config's lines in place of its own.
+	fragment=$KSRC/.rdma-rust.release-fragment
+	awk -F= 'NR == FNR { if ($1 ~ /^CONFIG_/) drop[$1] = 1; next } !($1 in drop)' \
+		"$KUNIT_DIR/release.config" "$KUNIT_DIR/rdma.config" > "$fragment.tmp"
+	grep '^CONFIG_' "$KUNIT_DIR/release.config" >> "$fragment.tmp"
+	mv "$fragment.tmp" "$fragment"
+fi
 if [ ! -e "$KSRC/.config" ] || ! cmp -s "$fragment" "$KSRC/.rdma-rust.config"; then
-	log "configuring the kernel: tinyconfig + $(basename "$fragment")"
+	log "configuring the $FLAVOR kernel: tinyconfig + $(basename "$fragment")"
 	"${KMAKE[@]}" -s tinyconfig > "$LOGS/config.log" 2>&1
 	(cd "$KSRC" && scripts/kconfig/merge_config.sh -m .config "$fragment") >> "$LOGS/config.log" 2>&1
 	"${KMAKE[@]}" -s olddefconfig >> "$LOGS/config.log" 2>&1
@@ -61,7 +69,7 @@ if [ ! -e "$KSRC/.config" ] || ! cmp -s "$fragment" "$KSRC/.rdma-rust.config"; t
 fi
 
 # --- 3. kernel -----------------------------------------------------------------
-log "building the kernel (incremental; a cold build takes ~15 min on 2 cores)"
+log "building the $FLAVOR kernel in $KSRC (incremental; a cold build takes ~15 min on 2 cores)"
 if ! "${KMAKE[@]}" bzImage modules > "$LOGS/kernel-build.log" 2>&1; then
 	tail -40 "$LOGS/kernel-build.log" >&2
 	die "kernel build failed (full log: $LOGS/kernel-build.log)"

@@ -83,7 +83,10 @@ wait_for() {
 }
 port_active() { rdma link show "$1/1" | grep -q 'state ACTIVE'; }
 add_rxe() {
-	rdma link add "$1" type rxe netdev "$2" && wait_for 10 port_active "$1"
+	local t0=$(uptime_ms)
+	rdma link add "$1" type rxe netdev "$2" || return 1
+	kmsg "rdmatest: rdma link add $1 took $(( $(uptime_ms) - t0 )) ms"
+	wait_for 10 port_active "$1"
 }
 # rxe's protocol counters (retransmissions, sequence errors, RNR), one line.
 counters() {
@@ -164,6 +167,7 @@ mode_test() {
 	case "$(arg rdmatest.only)" in
 	cm) setup_loopback; ulp_cm; return ;;
 	kunit) setup_loopback; kunit_suites; return ;;
+	traffic) setup_loopback; ulp_traffic; return ;;
 	esac
 	suite_begin rdma_setup
 	check modprobe_rdma_rxe load_rxe

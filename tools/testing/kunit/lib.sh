@@ -9,10 +9,20 @@ set -euo pipefail
 PROJECT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
 KUNIT_DIR=$PROJECT_DIR/tools/testing/kunit
 RDMA_RUST_CACHE=${RDMA_RUST_CACHE:-${HOME:-/root}/.cache/rdma-rust}
-KSRC=$RDMA_RUST_CACHE/linux		# unpacked linux-source-6.12 + overlay, built in place
+# Two kernels, each with its own tree, modules and images, so that switching
+# never rebuilds the other: FLAVOR=debug, the test kernel (rdma.config: KASAN,
+# lockdep, kmemleak, DEBUG_OBJECTS, fault injection), and FLAVOR=release, the
+# same without the debug options (release.config), the only one timed.
+FLAVOR=${FLAVOR:-debug}
+case $FLAVOR in
+debug) flavor_suffix= ;;
+release) flavor_suffix=-release ;;
+*) printf 'error: FLAVOR=%s: debug or release\n' "$FLAVOR" >&2; exit 1 ;;
+esac
+KSRC=$RDMA_RUST_CACHE/linux$flavor_suffix	# unpacked linux-source-6.12 + overlay, built in place
 TOOLS=$RDMA_RUST_CACHE/tools		# bindgen-cli
-MODBUILD=$RDMA_RUST_CACHE/modules	# out-of-tree module build dirs (M=)
-IMAGES=$RDMA_RUST_CACHE/images		# initramfs images
+MODBUILD=$RDMA_RUST_CACHE/modules$flavor_suffix	# out-of-tree module build dirs (M=)
+IMAGES=$RDMA_RUST_CACHE/images$flavor_suffix	# initramfs images
 LOGS=${RDMA_RUST_LOGS:-$RDMA_RUST_CACHE/logs}
 KERNEL_TARBALL=/usr/src/linux-source-6.12.tar.xz
 BINDGEN_VERSION=0.73.2
