@@ -95,7 +95,13 @@ counters() {
 	done
 }
 dmesg_count() { dmesg | grep -c "$1"; }
-uptime_ms() { read -r up _ < /proc/uptime; echo $(( ${up%.*} * 1000 + 10 * ${up#*.} )); }
+# (The hundredths lose a leading zero: "08" would be read as a bad octal number.)
+uptime_ms() {
+	local up cs
+	read -r up _ < /proc/uptime
+	cs=${up#*.}
+	echo $(( ${up%.*} * 1000 + 10 * ${cs#0} ))
+}
 
 load_rxe() {
 	modprobe rdma_rxe || { say "rdmatest: modprobe rdma_rxe failed"; return 1; }

@@ -219,6 +219,18 @@ fn ud_qp(pd: &Arc<Pd>, cq: &Arc<Cq>, qkey: u32) -> Result<Qp<Rts>> {
         .ready_ud()
 }
 
+/// Logs the state of a QP whose request did not complete, with the device's counters.
+fn diag_qp(qp: &Qp<Rts>) {
+    pr_err!(
+        "QP {} {:?} ({}/{} out)\n",
+        qp.qpn(),
+        qp.query_state(),
+        qp.send_outstanding(),
+        qp.recv_outstanding()
+    );
+    device_diag();
+}
+
 /// Logs the state of a pair whose traffic did not complete, with what the device says.
 fn diag(p: &RcPair) {
     pr_err!(
@@ -234,8 +246,13 @@ fn diag(p: &RcPair) {
         p.a.endpoint(),
         p.b.endpoint(),
     );
+    device_diag();
+}
+
+/// Logs the QPs the core knows and the protocol counters of rxe0 and rxe1.
+fn device_diag() {
     let _ = crate::run(kernel::fmt!(
-        "(rdma -d res show qp; cd /sys/class/infiniband/rxe0/ports/1/hw_counters && grep . *) 2>&1 | while read -r l; do echo \"rdma_kunit: diag: $l\" > /dev/kmsg; done"
+        "(rdma -d res show qp; for d in rxe0 rxe1; do cd /sys/class/infiniband/$d/ports/1/hw_counters && grep . * | sed \"s/^/$d: /\"; done) 2>&1 | while read -r l; do echo \"rdma_kunit: diag: $l\" > /dev/kmsg; done"
     ));
 }
 
@@ -327,7 +344,12 @@ fn post_one<P: Send + 'static>(
 ) -> Result<Done<P>> {
     let s = sink::<P>()?;
     qp.post_send(twr(payload, &s)?, |t, ops| build(&mut t.payload, ops))?;
-    let d = s.wait(1)?.into_iter().next().ok_or(EINVAL)?;
+    let d = s
+        .wait(1)
+        .inspect_err(|_| diag_qp(qp))?
+        .into_iter()
+        .next()
+        .ok_or(EINVAL)?;
     check!(
         d.status == status,
         "{:?}: completed with {:?}, expected {:?}",
