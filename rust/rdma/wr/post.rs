@@ -71,17 +71,20 @@ impl Qp<Rts> {
         or_cancel!(reserve(&shared.sq_used, n, inner.sq_slots), p);
         p.set_slots(n);
         shared.posted.store(true, Ordering::Release);
+        // Nothing of the request may be touched once the device has it: the MRs it registers
+        // or invalidates change state now (and back if it is refused).
+        ops.apply();
         let head = ops.link(p.cqe());
         let mut bad: *const bindings::ib_send_wr = core::ptr::null();
         // SAFETY: `ptr` is valid; the list and its SGEs live in `ops` for the call (the driver
         // copies them); the memory belongs to the request, which the device owns from now on.
         let ret = unsafe { bindings::ib_post_send(inner.ptr, head, &mut bad) };
         if ret == 0 {
-            ops.commit();
             p.posted();
             return Ok(());
         }
         if bad == head {
+            ops.revert();
             shared.sq_used.fetch_sub(n, Ordering::AcqRel);
             return Err(PostError {
                 err: Error::from_errno(ret),
@@ -95,7 +98,6 @@ impl Qp<Rts> {
             self.qpn(),
             ret
         );
-        ops.commit();
         shared.break_off(n, p.orphan());
         p.posted();
         Ok(())

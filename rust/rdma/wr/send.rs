@@ -519,9 +519,18 @@ impl<'a> SendOps<'a> {
         Ok(self)
     }
 
-    /// The device took the request: the MRs it registers or invalidates change state.
-    pub(crate) fn commit(&self) {
-        for (state, registered) in self.marks[..self.n].iter().flatten() {
+    /// Gives the MRs the request registers or invalidates their new state, keeping the old
+    /// one in its place for [`SendOps::revert`]. Called before posting: once the device has
+    /// the request, its completion may free those MRs at any moment.
+    pub(crate) fn apply(&mut self) {
+        for (state, registered) in self.marks[..self.n].iter_mut().flatten() {
+            *registered = state.swap(*registered, Ordering::AcqRel);
+        }
+    }
+
+    /// Undoes [`SendOps::apply`]: the device did not take the request.
+    pub(crate) fn revert(&self) {
+        for (state, registered) in self.marks[..self.n].iter().rev().flatten() {
             state.store(*registered, Ordering::Release);
         }
     }
