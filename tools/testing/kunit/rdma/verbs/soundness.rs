@@ -103,16 +103,14 @@ fn last_refs_in_handler(dev: &Device, poll: PollContext) -> Result {
         Ok(())
     })?;
     drop(b);
-    post_one(
-        &a,
-        filled(&pd_a, 64, 3)?,
-        WcStatus::Success,
-        WcOpcode::Send,
-        |buf, ops| {
-            ops.send(buf, 0..64)?;
-            Ok(())
-        },
-    )?;
+    // Not waited for: rxe's responder completes the receive before it acknowledges the
+    // SEND, so the receiver may be gone, torn down by the handler, before its ACK leaves.
+    // The sender's request comes back when `a` is dropped (flushed), if not before.
+    let sent = sink::<DmaBuf>()?;
+    a.post_send(twr(filled(&pd_a, 64, 3)?, &sent)?, |t, ops| {
+        ops.send(&t.payload, 0..64)?;
+        Ok(())
+    })?;
     let t0 = now_ms();
     while !s.ran.load(Ordering::Acquire) && now_ms() - t0 < i64::from(WAIT_MS) {
         match &poller {
@@ -134,6 +132,15 @@ fn last_refs_in_handler(dev: &Device, poll: PollContext) -> Result {
     // The receiver's QP, CQ and PD are torn down from process context, soon.
     settle(name.as_cstr(), with_a, 10_000)?;
     drop((a, cq_a, pd_a));
+    let send = sent.wait(1)?.into_iter().next().ok_or(EINVAL)?;
+    check!(
+        matches!(
+            send.status,
+            WcStatus::Success | WcStatus::WrFlushErr | WcStatus::RetryExcErr
+        ),
+        "{poll:?}: the SEND completed with {:?}",
+        send.status
+    );
     Ok(())
 }
 
