@@ -9,7 +9,8 @@
 //! - `wait id=N` / `wait all` waits until runs have ended, then frees what they hold.
 //! - `clear` forgets the statistics of ended runs.
 //! - `connect id=N peer=QPN:GID:PSN` connects the QP of an RC server run to its client.
-//! - `go id=N` starts the sends of a client run started with `hold=1`.
+//! - `go id=N [remote=ADDR:RKEY:LEN]` starts the sends of a client run started with `hold=1`; an
+//!   RDMA client (`op=write|read`) gets the server's target here (its `target` line in `stats`).
 //!
 //! Runs over the RDMA connection manager find their peer by IP address instead:
 //! `start cm=server addr=IP port=N ...` listens on a local address (of an RDMA device's
@@ -29,10 +30,20 @@
 //! server receives what is sent to the multicast group, the client sends to it; both join
 //! it from their local `addr=`).
 //!
+//! Keys that shape the data path: `batch=N` (1..=8; N messages per post, chained, only the
+//! last signaled; must divide `depth`), `inline=0|1` (RC SEND: the driver copies the message
+//! at post time; the size must fit the QP's inline limit), `pingpong=0|1` (an RC loopback
+//! run that sends one message at a time and waits for the answer: the other QP sends it
+//! back as soon as it arrives; `op=send` bounces SENDs, `op=write` RDMA WRITEs with immediate
+//! data; the latency columns are round trips).
+//!
 //! A `loopback` run (the default) connects two QPs of the device. A run between two hosts is
 //! a `server` on one (it receives; its endpoint is listed in `stats`) and a `client` on the
 //! other, started with the server's endpoint; for RC the server is then connected to the
-//! client's endpoint, and the client (held until then) is let go.
+//! client's endpoint, and the client (held until then) is let go. With `op=write|read` the
+//! server is the RDMA target: it registers its target when it is connected and lists it in
+//! `stats`; the client, started with `hold=1`, gets it with `go`. Such a server run ends when
+//! it is stopped; a WRITE client cannot check what lands on the peer (`validate=0`).
 //!
 //! Parsing only checks syntax and ranges that do not depend on the device; the device's own
 //! limits are checked when the run is built. Every rejection says why in the kernel log.
@@ -42,6 +53,7 @@ use kernel::rdma::{
     cm::{SockAddr, SockAddrV4, SockAddrV6},
     cq::{Cq, PollContext},
     device::{Device, Gid},
+    mr::Remote,
     qp::{Endpoint, QpType},
 };
 use kernel::sync::Arc;
@@ -131,6 +143,11 @@ impl Op {
         }
     }
 
+    /// Whether it is an RDMA operation (it needs a target).
+    pub(crate) fn is_rdma(self) -> bool {
+        matches!(self, Op::Write | Op::Read)
+    }
+
     /// Whether the peer posts receives for it.
     pub(crate) fn uses_recv(self) -> bool {
         matches!(self, Op::Send | Op::SendImm)
@@ -160,6 +177,8 @@ pub(crate) const HEADER: usize = 8;
 pub(crate) const MAX_COUNT: u64 = 1 << 32;
 /// Largest depth of one run.
 pub(crate) const MAX_DEPTH: u32 = 1024;
+/// Most messages one post chains (`batch=`): the operations one work request carries.
+pub(crate) const MAX_BATCH: u32 = kernel::rdma::wr::MAX_OPS as u32;
 /// Longest device name.
 const DEV_MAX: usize = 63;
 
@@ -188,6 +207,12 @@ pub(crate) struct Spec {
     pub(crate) addr: SockAddr,
     /// UD CM runs: the multicast group the server receives from and the client sends to.
     pub(crate) mcast: Option<SockAddr>,
+    /// Messages per post (chained; only the last one signaled).
+    pub(crate) batch: u32,
+    /// RC SENDs are posted inline.
+    pub(crate) inline: bool,
+    /// One message at a time, answered by the other QP (round-trip latency).
+    pub(crate) pingpong: bool,
 }
 
 impl Spec {
@@ -221,7 +246,7 @@ pub(crate) enum Command {
     Wait(Target),
     Clear,
     Connect(u32, Endpoint),
-    Go(u32),
+    Go(u32, Option<PeerTarget>),
 }
 
 /// Defaults of a run (the module parameters, checked at load).
@@ -355,9 +380,13 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
             port: 0,
         }),
         mcast: None,
+        batch: 1,
+        inline: false,
+        pingpong: false,
     };
     let (mut op_given, mut size_given, mut role_given, mut addr_given) =
         (false, false, false, false);
+    let mut depth_given = false;
     for w in words {
         let Some(eq) = w.iter().position(|&c| c == b'=') else {
             return Err(bad(format_args!("start: '{}' is not key=value", Show(w))));
@@ -408,7 +437,13 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
                 s.size = num(1, 1 << 30)? as usize
             }
             b"count" => s.count = num(1, MAX_COUNT)?,
-            b"depth" => s.depth = num(1, u64::from(MAX_DEPTH))? as u32,
+            b"depth" => {
+                depth_given = true;
+                s.depth = num(1, u64::from(MAX_DEPTH))? as u32
+            }
+            b"batch" => s.batch = num(1, u64::from(MAX_BATCH))? as u32,
+            b"inline" => s.inline = flag()?,
+            b"pingpong" => s.pingpong = flag()?,
             b"dev" => {
                 if v.is_empty() || v.len() > DEV_MAX {
                     return Err(bad(format_args!("start: bad device name '{}'", Show(v))));
@@ -493,6 +528,22 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
             "start: mcast= is for cm= runs with mode=ud"
         )));
     }
+    if s.pingpong {
+        // One message at a time, unless told otherwise (and then refused below).
+        if !depth_given {
+            s.depth = 1;
+        }
+        check_pingpong(&s)?;
+    }
+    if s.depth.checked_rem(s.batch) != Some(0) {
+        return Err(bad(format_args!(
+            "start: batch={} must divide depth={} (whole posts in flight)",
+            s.batch, s.depth
+        )));
+    }
+    if s.inline && !(s.mode == QpType::Rc && s.op == Op::Send) {
+        return Err(bad(format_args!("start: inline=1 is for mode=rc op=send")));
+    }
     if s.cm {
         return check_cm(s, op_given, size_given, role_given, addr_given);
     }
@@ -523,10 +574,15 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
     if s.hold && s.role != Role::Client {
         return Err(bad(format_args!("start: hold=1 is for role=client")));
     }
-    if s.role != Role::Loopback && !s.op.uses_recv() {
+    if s.role == Role::Client && matches!(s.op, Op::Write | Op::Read) && !s.hold {
         return Err(bad(format_args!(
-            "start: role={} runs send or send_imm",
-            s.role.name()
+            "start: role=client op={} needs hold=1 (the server's target comes with go)",
+            s.op.name()
+        )));
+    }
+    if s.role == Role::Client && s.op == Op::Write && s.validate {
+        return Err(bad(format_args!(
+            "start: role=client op=write writes the peer's memory, which it cannot check (validate=0)"
         )));
     }
     if s.validate && s.op.uses_recv() && s.size < HEADER {
@@ -536,6 +592,27 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
         )));
     }
     Ok(Command::Start(s))
+}
+
+/// The checks of a `pingpong=1` run.
+fn check_pingpong(s: &Spec) -> Result {
+    if s.cm || s.role != Role::Loopback || s.mode != QpType::Rc {
+        return Err(bad(format_args!(
+            "start: pingpong=1 is for mode=rc role=loopback runs (no cm=)"
+        )));
+    }
+    if !matches!(s.op, Op::Send | Op::Write) {
+        return Err(bad(format_args!(
+            "start: pingpong=1 bounces op=send or op=write, not op={}",
+            s.op.name()
+        )));
+    }
+    if s.depth != 1 || s.batch != 1 {
+        return Err(bad(format_args!(
+            "start: pingpong=1 runs one message at a time (depth=1 batch=1)"
+        )));
+    }
+    Ok(())
 }
 
 /// Smallest ping buffer: rping's message header ("rdma-ping-N: ") and its terminating NUL.
@@ -571,6 +648,11 @@ fn check_cm(
             }
             if s.op != Op::Ping {
                 return Err(bad(format_args!("start: cm= with mode=rc runs op=ping")));
+            }
+            if s.batch != 1 {
+                return Err(bad(format_args!(
+                    "start: op=ping runs one round trip at a time (no batch=)"
+                )));
             }
             if s.size < MIN_PING {
                 return Err(bad(format_args!("start: op=ping needs size>={MIN_PING}")));
@@ -681,10 +763,55 @@ fn parse_ipv4(v: &[u8]) -> Option<[u8; 4]> {
     parts.next().is_none().then_some(ip)
 }
 
+/// An RDMA server's target as its peer is given it: where it starts, and how long it is.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PeerTarget {
+    pub(crate) remote: Remote,
+    pub(crate) len: u64,
+}
+
+impl core::fmt::Display for PeerTarget {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "{:x}:{:x}:{:x}",
+            self.remote.addr, self.remote.rkey, self.len
+        )
+    }
+}
+
+/// Parses `ADDR:RKEY:LEN` (hex), the form of a server's `target` line ([`PeerTarget`]).
+fn parse_remote(v: &[u8]) -> Option<PeerTarget> {
+    let num = |s: &[u8]| {
+        if s.is_empty() || s.len() > 16 {
+            return None;
+        }
+        s.iter()
+            .try_fold(0u64, |n, &c| Some(n << 4 | u64::from(hex(c)?)))
+    };
+    let mut parts = v.split(|&c| c == b':');
+    let (addr, rkey, len) = (
+        num(parts.next()?)?,
+        num(parts.next()?)?,
+        num(parts.next()?)?,
+    );
+    if parts.next().is_some() {
+        return None;
+    }
+    Some(PeerTarget {
+        remote: Remote {
+            addr,
+            rkey: u32::try_from(rkey).ok()?,
+        },
+        len,
+    })
+}
+
 fn parse_connect_go(cmd: &[u8], words: &mut dyn Iterator<Item = &[u8]>) -> Result<Command> {
     let name = if cmd == b"go" { "go" } else { "connect" };
     let mut id = None;
     let mut peer = None;
+    let mut remote = None;
     for w in words {
         if let Some(v) = w.strip_prefix(b"id=") {
             id = Some(
@@ -696,13 +823,20 @@ fn parse_connect_go(cmd: &[u8], words: &mut dyn Iterator<Item = &[u8]>) -> Resul
             peer = Some(parse_endpoint(v).ok_or_else(|| {
                 bad(format_args!("connect: peer={} is not QPN:GID:PSN", Show(v)))
             })?);
+        } else if let (Some(v), "go") = (w.strip_prefix(b"remote="), name) {
+            remote = Some(parse_remote(v).ok_or_else(|| {
+                bad(format_args!(
+                    "go: remote={} is not ADDR:RKEY:LEN (hex)",
+                    Show(v)
+                ))
+            })?);
         } else {
             return Err(bad(format_args!("{name}: unexpected '{}'", Show(w))));
         }
     }
     let id = id.ok_or_else(|| bad(format_args!("{name}: id= is required")))?;
     match (name, peer) {
-        ("go", _) => Ok(Command::Go(id)),
+        ("go", _) => Ok(Command::Go(id, remote)),
         (_, Some(p)) => Ok(Command::Connect(id, p)),
         _ => Err(bad(format_args!("connect: peer= is required"))),
     }

@@ -344,7 +344,7 @@ impl Ulp {
                 Ok(())
             }
             Command::Connect(id, peer) => self.one(id)?.connect(&peer),
-            Command::Go(id) => self.one(id)?.release(),
+            Command::Go(id, remote) => self.one(id)?.release(remote),
             Command::Clear => {
                 for d in self.devices.lock().iter().flatten() {
                     retain(&mut d.runs.lock().runs, |r| r.active());
@@ -454,7 +454,8 @@ pub(crate) fn stats_text(u: &Ulp, t: &mut Text) -> core::fmt::Result {
             sum(|s| &s.wc_error),
         )?;
     }
-    // Server and client runs: this host's QP, for the peer's `peer=`.
+    // Server and client runs: this host's QP, for the peer's `peer=`, and an RDMA server's
+    // target, for the client's `go ... remote=`.
     for d in u.devices.lock().iter().flatten() {
         for r in d.runs.lock().runs.iter() {
             if let (Some(e), true) = (r.endpoint, r.spec.role != Role::Loopback) {
@@ -466,6 +467,9 @@ pub(crate) fn stats_text(u: &Ulp, t: &mut Text) -> core::fmt::Result {
                     r.spec.role.name(),
                     ShowEndpoint(e)
                 )?;
+            }
+            if let (Some(m), Role::Server) = (r.target_remote(), r.spec.role) {
+                writeln!(t, "target {} {} {}", r.id, d.name, m)?;
             }
         }
     }

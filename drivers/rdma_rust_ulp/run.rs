@@ -16,9 +16,13 @@
 //! freed in process context by [`Run::finish`] (`wait`, `stop`, the next `start`, device
 //! removal, module unload), which drains both QPs first so that every request comes back.
 //!
-//! [`build`] sets a run up on a device; [`traffic`] is its data path.
+//! A ping-pong run (`pingpong=1`) sends one message at a time from the run's sending QP and
+//! the receiving QP answers each as soon as it arrives; its latency figures are round trips.
+//!
+//! [`build`] sets a run up on a device, with its RDMA [`target`]; [`traffic`] is its data
+//! path.
 
-use crate::ctl::{Role, Spec};
+use crate::ctl::{PeerTarget, Role, Spec};
 use crate::stats::Stats;
 use crate::util::wait_until;
 use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
@@ -28,7 +32,7 @@ use kernel::rdma::{
     cq::{Cq, Wc, WcStatus},
     device::PortAttr,
     dma::DmaBuf,
-    mr::{Access, Mr, Remote},
+    mr::{Access, Mr},
     pd::Pd,
     qp::{Endpoint, Init, Qp, QpType, RcParams, Rts},
     sync::{Completion as Signal, SpinLockBh},
@@ -39,9 +43,11 @@ use kernel::time::Ktime;
 use kernel::{new_mutex, new_spinlock_bh};
 
 mod build;
+mod target;
 mod traffic;
 
-use traffic::{post_next, Rx, Tx};
+use target::Target;
+use traffic::{post_next, pp_send, PpSlot, Rx, Side, Tx};
 
 /// The Q_Key of the UD QPs of a run.
 const QKEY: u32 = 0x1111_0001;
@@ -67,7 +73,7 @@ pub(crate) struct Res {
     pub(crate) unconnected: Option<Qp<Init>>,
     /// A client's sends, held until `go`.
     pub(crate) held: KVec<Wr<Tx>>,
-    pub(crate) target: Option<Arc<Mr>>,
+    pub(crate) target: Option<Arc<Target>>,
     pub(crate) ah: Option<Arc<Ah>>,
     /// A CM UD client's peer: its QP number and Q_Key.
     pub(crate) ud_peer: Option<(u32, u32)>,
@@ -95,6 +101,31 @@ impl Res {
     }
 }
 
+/// What a ping-pong run keeps besides its requests.
+#[pin_data]
+struct PingPong {
+    /// When the ping in flight was posted.
+    ping_ns: AtomicI64,
+    /// The run has ended (its last round trip is back, it failed or it was stopped).
+    over: AtomicBool,
+    /// Each side's send requests that are back, and what it owes.
+    #[pin]
+    ping: SpinLockBh<PpSlot>,
+    #[pin]
+    pong: SpinLockBh<PpSlot>,
+}
+
+impl PingPong {
+    fn new() -> impl PinInit<Self> {
+        pin_init!(PingPong {
+            ping_ns: AtomicI64::new(0),
+            over: AtomicBool::new(false),
+            ping <- new_spinlock_bh!(PpSlot::new(), "rdma_rust_ulp_ping"),
+            pong <- new_spinlock_bh!(PpSlot::new(), "rdma_rust_ulp_pong"),
+        })
+    }
+}
+
 /// A run and its statistics.
 #[pin_data]
 pub(crate) struct Run {
@@ -110,6 +141,8 @@ pub(crate) struct Run {
     rx_expected: AtomicU64,
     pub(crate) start_ns: AtomicI64,
     pub(crate) end_ns: AtomicI64,
+    #[pin]
+    pp: PingPong,
     /// This host's QP of a server or client run, for the peer.
     pub(crate) endpoint: Option<Endpoint>,
     /// Serialises "take a sequence number, post": the post order is the sequence order.
@@ -143,6 +176,9 @@ impl Completion for Reg {
         back.done.complete();
     }
 }
+
+/// Receives each QP of a ping-pong run keeps posted (one message is in flight at a time).
+const PP_RECEIVES: u32 = 4;
 
 /// How long a REG_MR may take.
 const REG_MS: u32 = 10_000;
@@ -186,6 +222,15 @@ pub(crate) fn register(qp: &Qp<Rts>, cq: &Cq, mr: Mr) -> Result<Mr> {
     Ok(mr)
 }
 
+/// The RC parameters of a run's QPs: as many RDMA READs outstanding, as initiator and as
+/// target, as the run keeps in flight (the device caps it), as perftest's `-o` gives.
+pub(crate) fn rc_params(spec: &Spec) -> RcParams {
+    RcParams {
+        max_rd_atomic: spec.depth.min(255) as u8,
+        ..RcParams::default()
+    }
+}
+
 /// `EINVAL`, with a message, when a UD message of `spec.size` bytes does not fit the path MTU
 /// of `port` (rxe drops such datagrams yet completes their sends successfully).
 pub(crate) fn check_ud_size(spec: &Spec, port: &PortAttr) -> Result {
@@ -212,17 +257,19 @@ impl Run {
         endpoint: Option<Endpoint>,
         res: Res,
     ) -> Result<Arc<Run>> {
+        let stats = Stats::new()?;
         Arc::pin_init(
             pin_init!(Run {
                 id,
                 spec: *spec,
-                stats: Stats::new(),
+                stats,
                 stopping: AtomicBool::new(false),
                 inflight: AtomicU32::new(0),
                 next_seq: AtomicU64::new(0),
                 rx_expected: AtomicU64::new(0),
                 start_ns: AtomicI64::new(0),
                 end_ns: AtomicI64::new(0),
+                pp <- PingPong::new(),
                 endpoint,
                 post_lock <- new_spinlock_bh!((), "rdma_rust_ulp_post"),
                 ended <- Signal::new(),
@@ -239,7 +286,7 @@ impl Run {
         let res = guard.as_mut().ok_or(ESHUTDOWN)?;
         let spec = &self.spec;
         if let Some(rx_qp) = &res.rx_qp {
-            self.post_receives(rx_qp)?;
+            self.post_receives(rx_qp, res.target.as_ref())?;
         }
         self.start_ns.store(now_ns(), Ordering::Relaxed);
         if spec.role == Role::Server {
@@ -256,27 +303,59 @@ impl Run {
             (None, Some(p), _) => (p.qpn, QKEY),
             (None, None, _) => (0, QKEY),
         };
-        let remote = res
-            .target
-            .as_ref()
-            .map_or(Ok(Remote { addr: 0, rkey: 0 }), |m| m.remote())?;
-        let n = u64::from(spec.depth).min(spec.count) as usize;
-        let mut txs = KVec::with_capacity(n, GFP_KERNEL)?;
-        for slot in 0..n {
-            let tx = Tx {
-                buf: DmaBuf::new(tx_qp.pd(), spec.size, GFP_KERNEL)?,
+        let batch = spec.batch as usize;
+        let tx = |qp: &Arc<Qp<Rts>>, slot: usize, side: Option<Side>| -> Result<Wr<Tx>> {
+            let mut bufs = KVec::with_capacity(batch, GFP_KERNEL)?;
+            for _ in 0..batch {
+                bufs.push(DmaBuf::new(qp.pd(), spec.size, GFP_KERNEL)?, GFP_KERNEL)?;
+            }
+            let t = Tx {
+                bufs,
                 run: self.clone(),
-                qp: tx_qp.clone(),
+                qp: qp.clone(),
                 ah: res.ah.clone(),
                 target: res.target.clone(),
-                remote,
                 peer_qpn,
                 qkey,
+                remote: None,
                 slot,
                 seq: 0,
+                n: 0,
                 posted_ns: 0,
+                side,
             };
-            txs.push(Wr::new(tx, GFP_KERNEL)?, GFP_KERNEL)?;
+            Wr::new(t, GFP_KERNEL)
+        };
+        if spec.pingpong {
+            let rx_qp = res.rx_qp.as_ref().ok_or(EINVAL)?;
+            self.receives_on(tx_qp, PP_RECEIVES, Some(Side::Ping), res.target.as_ref())?;
+            // Two send requests on each side: one may still be on its way back when the
+            // next message is due.
+            let first = tx(tx_qp, 0, Some(Side::Ping))?;
+            let spare = tx(tx_qp, 0, Some(Side::Ping))?;
+            let answers = [
+                tx(rx_qp, 0, Some(Side::Pong))?,
+                tx(rx_qp, 0, Some(Side::Pong))?,
+            ];
+            drop(self.pp.ping.lock().put(spare));
+            {
+                let mut pong = self.pp.pong.lock();
+                for wr in answers {
+                    drop(pong.put(wr));
+                }
+            }
+            self.inflight.store(1, Ordering::Release);
+            drop(guard);
+            pp_send(first, self, 0);
+            return Ok(());
+        }
+        // The parser keeps `batch` in 1..=depth, dividing `depth`.
+        let batch_n = spec.batch.max(1);
+        let posts = (spec.depth / batch_n) as usize;
+        let n = posts.min(spec.count.div_ceil(u64::from(batch_n)) as usize);
+        let mut txs = KVec::with_capacity(n, GFP_KERNEL)?;
+        for slot in 0..n {
+            txs.push(tx(tx_qp, slot, None)?, GFP_KERNEL)?;
         }
         self.inflight.store(n as u32, Ordering::Release);
         if spec.hold {
@@ -290,24 +369,48 @@ impl Run {
         Ok(())
     }
 
-    pub(crate) fn post_receives(self: &Arc<Self>, rx_qp: &Arc<Qp<Rts>>) -> Result {
+    /// Posts the receives of the receiving QP `rx_qp`, if the run's messages need them (a
+    /// ping-pong's WRITEs with immediate data land in `target`).
+    fn post_receives(
+        self: &Arc<Self>,
+        rx_qp: &Arc<Qp<Rts>>,
+        target: Option<&Arc<Target>>,
+    ) -> Result {
         let spec = &self.spec;
+        if spec.pingpong {
+            return self.receives_on(rx_qp, PP_RECEIVES, Some(Side::Pong), target);
+        }
         if !spec.op.uses_recv() {
             return Ok(());
         }
+        self.receives_on(rx_qp, 2 * spec.depth, None, None)
+    }
+
+    /// Posts `n` receives on `qp`.
+    fn receives_on(
+        self: &Arc<Self>,
+        qp: &Arc<Qp<Rts>>,
+        n: u32,
+        side: Option<Side>,
+        target: Option<&Arc<Target>>,
+    ) -> Result {
+        let spec = &self.spec;
         let extra = if spec.mode == QpType::Ud { GRH_LEN } else { 0 };
-        for _ in 0..2 * spec.depth {
+        for _ in 0..n {
             let rx = Rx {
-                buf: DmaBuf::new(rx_qp.pd(), spec.size + extra, GFP_KERNEL)?,
+                buf: DmaBuf::new(qp.pd(), spec.size + extra, GFP_KERNEL)?,
                 run: self.clone(),
-                qp: rx_qp.clone(),
+                qp: qp.clone(),
+                side,
+                target: target.cloned(),
             };
-            rx_qp.post_recv(Wr::new(rx, GFP_KERNEL)?, Rx::scatter)?;
+            qp.post_recv(Wr::new(rx, GFP_KERNEL)?, Rx::scatter)?;
         }
         Ok(())
     }
 
-    /// Connects an RC server's QP to the client's `peer` and posts its receives.
+    /// Connects an RC server's QP to the client's `peer` and posts its receives; an RDMA
+    /// server registers its target (the client's WRITEs land there, its READs come from there).
     pub(crate) fn connect(self: &Arc<Self>, peer: &Endpoint) -> Result {
         let mut guard = self.res.lock();
         let res = guard.as_mut().ok_or(ESHUTDOWN)?;
@@ -315,20 +418,57 @@ impl Run {
             pr_err!("connect: run {} is not an unconnected RC server\n", self.id);
             return Err(EINVAL);
         };
-        let qp = Arc::new(qp.connect(peer, &RcParams::default())?, GFP_KERNEL)?;
+        let qp = Arc::new(qp.connect(peer, &rc_params(&self.spec))?, GFP_KERNEL)?;
         res.rx_qp = Some(qp.clone());
-        self.post_receives(&qp)
+        if self.spec.op.is_rdma() {
+            // One MR (checked when the run was built): the peer gets one address and rkey.
+            let t = Target::for_run(&self.spec, &qp, &res.cq, self.spec.depth as usize)?;
+            res.target = Some(Arc::new(t, GFP_KERNEL)?);
+        }
+        self.post_receives(&qp, None)
     }
 
-    /// Lets a client started with `hold=1` send.
-    pub(crate) fn release(&self) -> Result {
-        let held = match self.res.lock().as_mut() {
+    /// An RDMA server's target, for the client: its first slot and its length.
+    pub(crate) fn target_remote(&self) -> Option<PeerTarget> {
+        let res = self.res.lock();
+        let t = res.as_ref()?.target.as_ref()?;
+        Some(PeerTarget {
+            remote: t.remote(0).ok()?,
+            len: t.single_len()? as u64,
+        })
+    }
+
+    /// Lets a client started with `hold=1` send; an RDMA client gets the server's target,
+    /// which must hold its `depth` slots.
+    pub(crate) fn release(&self, target: Option<PeerTarget>) -> Result {
+        let spec = &self.spec;
+        if spec.op.is_rdma() != target.is_some() {
+            pr_err!(
+                "go: run {}: remote= is for RDMA clients, which need it\n",
+                self.id
+            );
+            return Err(EINVAL);
+        }
+        let want = u64::from(spec.depth) * spec.size as u64;
+        if let Some(t) = target.filter(|t| t.len < want) {
+            pr_err!(
+                "go: run {}: depth x size = {want} bytes over the server's target of {}\n",
+                self.id,
+                t.len
+            );
+            return Err(EINVAL);
+        }
+        let remote = target.map(|t| t.remote);
+        let mut held = match self.res.lock().as_mut() {
             Some(res) => core::mem::take(&mut res.held),
             None => return Err(ESHUTDOWN),
         };
         if held.is_empty() {
             pr_err!("go: run {} holds no sends\n", self.id);
             return Err(EINVAL);
+        }
+        for wr in held.iter_mut() {
+            wr.data_mut().remote = remote;
         }
         self.start_ns.store(now_ns(), Ordering::Relaxed);
         for wr in held {
@@ -382,8 +522,11 @@ impl Run {
             // Process context; a refused drain would leave it to the QP's drop.
             let _ = qp.drain();
         }
-        // Held sends were never posted: they go with the run.
+        // Held sends were never posted, and a ping-pong's spare requests are back: they go
+        // with the run (the spares hold the run: a cycle, broken here).
         drop(res.held);
+        let spares = (self.pp.ping.lock().clear(), self.pp.pong.lock().clear());
+        drop(spares);
         if self.end_ns.load(Ordering::Relaxed) == 0 {
             self.end_ns.store(now_ns(), Ordering::Relaxed);
         }
@@ -430,6 +573,44 @@ impl Run {
     /// Makes the run stop: requests are no longer posted again. Any context.
     pub(crate) fn stop(&self) {
         self.stopping.store(true, Ordering::SeqCst);
+    }
+
+    /// Claims up to `batch` sequence numbers for one post: the first, and how many; `None` once
+    /// `count` have been handed out. Any context.
+    fn claim(&self, batch: u32) -> Option<(u64, usize)> {
+        let count = self.spec.count;
+        let mut cur = self.next_seq.load(Ordering::Relaxed);
+        loop {
+            if cur >= count {
+                return None;
+            }
+            let n = u64::from(batch).min(count - cur);
+            match self.next_seq.compare_exchange_weak(
+                cur,
+                cur + n,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Some((cur, n as usize)),
+                Err(v) => cur = v,
+            }
+        }
+    }
+
+    /// The send requests and debts of a ping-pong side.
+    fn pp(&self, side: Side) -> &SpinLockBh<PpSlot> {
+        match side {
+            Side::Ping => &self.pp.ping,
+            Side::Pong => &self.pp.pong,
+        }
+    }
+
+    /// Ends a ping-pong run (its last round trip is back, it failed or it was stopped); only
+    /// the first call counts.
+    fn pp_end(&self) {
+        if !self.pp.over.swap(true, Ordering::AcqRel) {
+            self.retire();
+        }
     }
 
     /// Retires one send-side request.

@@ -3,22 +3,21 @@
 //! Setting a run up on a device: its checks against the device, its QPs (connected to each
 //! other, or ready for a peer), buffers and RDMA target.
 
-use super::{bad, check_ud_size, register, traffic::pattern, Res, Run, QKEY};
-use crate::ctl::{Op, Role, Spec};
+use super::{bad, check_ud_size, rc_params, target::mr_bytes, Res, Run, Target, PP_RECEIVES, QKEY};
+use crate::ctl::{Role, Spec};
 use kernel::prelude::*;
 use kernel::rdma::{
     ah::Ah,
     device::Device,
-    dma::{DmaSg, MAX_BUF, MAX_SG_PAGES},
-    mr::{Access, Mr},
+    dma::MAX_BUF,
+    mr::Access,
     pd::Pd,
-    qp::{Init, Qp, QpCaps, QpType, RcParams, Rts},
+    qp::{Init, Qp, QpCaps, QpType, Rts},
 };
 use kernel::sync::Arc;
 
 /// The RDMA port runs use.
 const PORT: u32 = 1;
-const PAGE: usize = 4096;
 
 impl Run {
     /// Builds a run on `dev` (process context): checks `spec` against the device, allocates,
@@ -45,34 +44,53 @@ impl Run {
         if spec.mode == QpType::Ud {
             check_ud_size(spec, &port)?;
         }
-        let rdma = matches!(spec.op, Op::Write | Op::Read);
-        let target_pages = (depth as usize * spec.size).div_ceil(PAGE);
-        if rdma
-            && (target_pages > MAX_SG_PAGES
-                || target_pages > attrs.max_fast_reg_page_list_len() as usize)
-        {
+        let rdma = spec.op.is_rdma();
+        // A server's target goes to its peer as one address and rkey: one MR.
+        if rdma && spec.role == Role::Server && depth as usize * spec.size > mr_bytes(dev) {
             return Err(bad(format_args!(
-                "depth x size = {} bytes of RDMA target over the limit {}",
+                "role=server: depth x size = {} bytes of RDMA target over one MR's {}",
                 depth as usize * spec.size,
-                MAX_SG_PAGES * PAGE
+                mr_bytes(dev)
             )));
         }
+        let max_inline = if spec.inline { spec.size as u32 } else { 0 };
+        // A ping-pong's QPs both send (two requests each) and receive.
+        let (tx_caps, rx_caps) = if spec.pingpong {
+            let caps = QpCaps {
+                send_depth: 2,
+                recv_depth: PP_RECEIVES,
+                max_inline,
+                ..QpCaps::default()
+            };
+            (caps, caps)
+        } else {
+            let tx = QpCaps {
+                send_depth: depth,
+                recv_depth: 1,
+                max_inline,
+                ..QpCaps::default()
+            };
+            let rx = QpCaps {
+                send_depth: 1,
+                recv_depth: rx_depth,
+                ..QpCaps::default()
+            };
+            (tx, rx)
+        };
         let pd = Pd::new(dev)?;
-        let cq = spec.new_cq(dev, depth + rx_depth + 8)?;
-        let tx_caps = QpCaps {
-            send_depth: depth,
-            recv_depth: 1,
-            ..QpCaps::default()
-        };
-        let rx_caps = QpCaps {
-            send_depth: 1,
-            recv_depth: rx_depth,
-            ..QpCaps::default()
-        };
+        let entries = tx_caps.send_depth + tx_caps.recv_depth + rx_caps.send_depth;
+        let cq = spec.new_cq(dev, entries + rx_caps.recv_depth + 8)?;
         let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
-        let p = RcParams::default();
+        let p = rc_params(spec);
         let rc = |caps: &QpCaps| -> Result<Qp<Init>> {
-            Qp::new(&pd, QpType::Rc, &cq, &cq, caps)?.to_init(PORT, access)
+            let qp = Qp::new(&pd, QpType::Rc, &cq, &cq, caps).inspect_err(|e| {
+                if caps.max_inline > 0 {
+                    pr_err!(
+                        "start: inline=1: the device refuses {max_inline} bytes inline ({e:?})\n"
+                    );
+                }
+            })?;
+            qp.to_init(PORT, access)
         };
         let ud = |caps: &QpCaps| -> Result<Qp<Rts>> {
             Qp::new(&pd, QpType::Ud, &cq, &cq, caps)?
@@ -118,22 +136,17 @@ impl Run {
             }
             (_, Role::Client, None) => return Err(EINVAL),
         }
-        let target = if rdma {
-            let mut sg = DmaSg::new(&pd, target_pages)?;
-            if spec.op == Op::Read {
-                // Slot k holds message k: what every READ of slot k must return.
-                let mut chunk = KVec::from_elem(0u8, spec.size, GFP_KERNEL)?;
-                for k in 0..depth as usize {
-                    for (i, b) in chunk.iter_mut().enumerate() {
-                        *b = pattern(k as u64, i);
-                    }
-                    sg.write(k * spec.size, &chunk)?;
-                }
-            }
-            let mut mr = Mr::new(&pd, target_pages as u32)?;
-            mr.map_sg(sg).map_err(|(e, _)| e)?;
+        // An RDMA server registers its target once connected ([`Run::connect`]); a client's
+        // is on the peer.
+        let target = if rdma && spec.role == Role::Loopback {
+            // A slot per message in flight; a ping-pong's two sides WRITE into one each. READ
+            // targets hold message k in slot k: what every READ of slot k must return.
+            let slots = if spec.pingpong { 2 } else { depth as usize };
             let qp = rx_qp.as_ref().ok_or(EINVAL)?;
-            Some(Arc::new(register(qp, &cq, mr)?, GFP_KERNEL)?)
+            Some(Arc::new(
+                Target::for_run(spec, qp, &cq, slots)?,
+                GFP_KERNEL,
+            )?)
         } else {
             None
         };

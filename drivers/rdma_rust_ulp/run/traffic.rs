@@ -2,8 +2,12 @@
 
 //! A run's data path: the requests that post themselves again from their completion handlers,
 //! and the validation of what they move.
+//!
+//! A send-side request ([`Tx`]) carries `batch` messages, chained in one post with only the
+//! last signaled: its completion stands for all of them. A ping-pong run instead keeps two
+//! requests on each QP and pairs them with the messages to answer as they arrive ([`PpSlot`]).
 
-use super::{now_ns, Run};
+use super::{now_ns, target::Target, Run};
 use crate::ctl::{Op, Role, HEADER};
 use crate::stats::Stats;
 use core::sync::atomic::Ordering;
@@ -14,7 +18,7 @@ use kernel::rdma::{
     dma::DmaBuf,
     mr::{Mr, Remote},
     qp::{Qp, QpType, Rts},
-    wr::{Completion, RecvOps, Wr, GRH_LEN},
+    wr::{Completion, RecvOps, SendOps, Wr, GRH_LEN},
 };
 use kernel::sync::Arc;
 
@@ -70,19 +74,51 @@ fn check_mr(mr: &Mr, off: usize, len: usize, seq: u64) -> bool {
     true
 }
 
-/// A send-side request: its buffer, and what it needs to post itself again.
+/// Whether target slot `slot` holds message `seq`.
+fn check_slot(target: Option<&Target>, slot: usize, len: usize, seq: u64) -> bool {
+    target
+        .and_then(|t| t.slot(slot))
+        .is_some_and(|(mr, off)| check_mr(mr, off, len, seq))
+}
+
+/// Which QP of a ping-pong run a request is on: the pinging one (the run's sender), or the one
+/// that answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Side {
+    Ping,
+    Pong,
+}
+
+impl Side {
+    /// The target slot this side's RDMA WRITEs land in.
+    fn slot(self) -> usize {
+        match self {
+            Side::Ping => 0,
+            Side::Pong => 1,
+        }
+    }
+}
+
+/// A send-side request: its buffers (one per message of a post), and what it needs to post
+/// itself again.
 pub(crate) struct Tx {
-    pub(super) buf: DmaBuf,
+    pub(super) bufs: KVec<DmaBuf>,
     pub(super) run: Arc<Run>,
     pub(super) qp: Arc<Qp<Rts>>,
     pub(super) ah: Option<Arc<Ah>>,
-    pub(super) target: Option<Arc<Mr>>,
-    pub(super) remote: Remote,
+    pub(super) target: Option<Arc<Target>>,
+    /// A client's RDMA target on the peer (its first slot), when it has no local one.
+    pub(super) remote: Option<Remote>,
     pub(super) peer_qpn: u32,
     pub(super) qkey: u32,
+    /// The first target slot of its messages (`slot .. slot + batch`).
     pub(super) slot: usize,
+    /// The sequence number of its first message, and how many the last post carried.
     pub(super) seq: u64,
+    pub(super) n: usize,
     pub(super) posted_ns: i64,
+    /// Ping-pong runs: the QP it is on.
+    pub(super) side: Option<Side>,
 }
 
 /// A receive request.
@@ -90,6 +126,9 @@ pub(super) struct Rx {
     pub(super) buf: DmaBuf,
     pub(super) run: Arc<Run>,
     pub(super) qp: Arc<Qp<Rts>>,
+    /// Ping-pong runs: the QP it is on, and the target the other side WRITEs into.
+    pub(super) side: Option<Side>,
+    pub(super) target: Option<Arc<Target>>,
 }
 
 impl Rx {
@@ -99,72 +138,198 @@ impl Rx {
         ops.buf(&mut rx.buf, 0..len)?;
         Ok(())
     }
+
+    /// Posts `wr` again, unless the run is stopping.
+    fn repost(wr: Wr<Self>, run: &Run) {
+        if run.stopping() {
+            return;
+        }
+        let qp = wr.data().qp.clone();
+        if let Err(e) = qp.post_recv(wr, Rx::scatter) {
+            if e.err != ESHUTDOWN {
+                run.error(format_args!("post_recv: {:?}", e.err));
+            }
+        }
+    }
 }
 
-/// Posts `wr` with the next sequence number, or retires it when the run is over. Any context.
-pub(super) fn post_next(mut wr: Wr<Tx>) {
-    let run = wr.data().run.clone();
-    let qp = wr.data().qp.clone();
+/// Where a request's messages go: the peer's address and QP (UD), or the RDMA target (this
+/// host's, or the peer's).
+struct Dest<'a> {
+    ah: Option<&'a Ah>,
+    qpn: u32,
+    qkey: u32,
+    target: Option<&'a Target>,
+    remote: Option<Remote>,
+}
+
+/// Adds message `seq`, from `buf`, to `ops`; an RDMA operation's goes to target slot `slot`.
+fn add_message<'a>(
+    ops: &mut SendOps<'a>,
+    run: &Run,
+    buf: &'a mut DmaBuf,
+    dest: &Dest<'a>,
+    slot: usize,
+    seq: u64,
+) -> Result {
     let spec = &run.spec;
-    let _order = run.post_lock.lock();
-    let seq = run.next_seq.load(Ordering::Relaxed);
-    if run.stopping.load(Ordering::Acquire) || seq >= spec.count {
-        drop(wr);
-        run.retire();
-        return;
-    }
-    run.next_seq.store(seq + 1, Ordering::Relaxed);
-    {
-        let t = wr.data_mut();
-        t.seq = seq;
-        if spec.validate && spec.op != Op::Read {
-            fill(t.buf.as_mut_slice(), run.id, seq, spec.op.uses_recv());
-        }
-        t.posted_ns = now_ns();
-    }
     let size = spec.size;
-    let (op, mode) = (spec.op, spec.mode);
+    let remote = || match (dest.target, dest.remote) {
+        (Some(t), _) => t.remote(slot),
+        (None, Some(r)) => Ok(r.offset((slot * size) as u64)),
+        (None, None) => Err(EINVAL),
+    };
+    match (spec.mode, spec.op) {
+        (QpType::Ud, Op::SendImm) => {
+            let ah = dest.ah.ok_or(EINVAL)?;
+            ops.send_ud_imm(buf, 0..size, ah, dest.qpn, dest.qkey, seq as u32)?;
+        }
+        (QpType::Ud, _) => {
+            ops.send_ud(buf, 0..size, dest.ah.ok_or(EINVAL)?, dest.qpn, dest.qkey)?;
+        }
+        (_, Op::Send) if spec.inline => {
+            ops.send_inline(buf, 0..size)?;
+        }
+        (_, Op::Send) => {
+            ops.send(buf, 0..size)?;
+        }
+        (_, Op::SendImm) => {
+            ops.send_imm(buf, 0..size, seq as u32)?;
+        }
+        // A ping-pong WRITE tells the other side with its immediate data.
+        (_, Op::Write) if spec.pingpong => {
+            ops.write_imm(buf, 0..size, remote()?, seq as u32)?;
+        }
+        (_, Op::Write) => {
+            ops.write(buf, 0..size, remote()?)?;
+        }
+        (_, Op::Read) => {
+            ops.read(buf, 0..size, remote()?)?;
+        }
+        // CM ping runs have their own requests (`cm.rs`).
+        (_, Op::Ping) => return Err(EINVAL),
+    }
+    Ok(())
+}
+
+/// Readies `wr` to carry messages `seq .. seq + n`: their payloads (validated runs; READ
+/// targets are filled when the run is built) and the time of the post.
+fn prepare(wr: &mut Wr<Tx>, run: &Run, seq: u64, n: usize) {
+    let spec = &run.spec;
+    let t = wr.data_mut();
+    t.seq = seq;
+    t.n = n;
+    if spec.validate && spec.op != Op::Read {
+        // Messages to a receiver carry their sequence number; RDMA WRITEs are checked in
+        // their slot, by position.
+        let header = spec.op.uses_recv();
+        for (j, buf) in t.bufs.iter_mut().enumerate().take(n) {
+            fill(buf.as_mut_slice(), run.id, seq + j as u64, header);
+        }
+    }
+    t.posted_ns = now_ns();
+}
+
+/// Posts the messages [`prepare`] readied, chained, on `qp`. On failure the run counts the
+/// error (unless the QP is being drained) and the request is dropped; returns whether it was
+/// posted.
+fn post(wr: Wr<Tx>, run: &Run, qp: &Qp<Rts>) -> bool {
+    let batch = run.spec.batch as usize;
     let posted = qp.post_send(wr, |t, ops| {
-        let at = t.remote.offset((t.slot * size) as u64);
-        match (mode, op) {
-            (QpType::Ud, Op::SendImm) => {
-                let ah = t.ah.as_deref().ok_or(EINVAL)?;
-                ops.send_ud_imm(&t.buf, 0..size, ah, t.peer_qpn, t.qkey, t.seq as u32)?;
-            }
-            (QpType::Ud, _) => {
-                let ah = t.ah.as_deref().ok_or(EINVAL)?;
-                ops.send_ud(&t.buf, 0..size, ah, t.peer_qpn, t.qkey)?;
-            }
-            (_, Op::Send) => {
-                ops.send(&t.buf, 0..size)?;
-            }
-            (_, Op::SendImm) => {
-                ops.send_imm(&t.buf, 0..size, t.seq as u32)?;
-            }
-            (_, Op::Write) => {
-                ops.write(&t.buf, 0..size, at)?;
-            }
-            (_, Op::Read) => {
-                ops.read(&mut t.buf, 0..size, at)?;
-            }
-            // CM ping runs have their own requests (`cm.rs`).
-            (_, Op::Ping) => return Err(EINVAL),
+        let Tx {
+            bufs,
+            ah,
+            target,
+            remote,
+            peer_qpn,
+            qkey,
+            slot,
+            seq,
+            n,
+            side,
+            ..
+        } = t;
+        let dest = Dest {
+            ah: ah.as_deref(),
+            qpn: *peer_qpn,
+            qkey: *qkey,
+            target: target.as_deref(),
+            remote: *remote,
+        };
+        for (j, buf) in bufs.iter_mut().enumerate().take(*n) {
+            let to = match side {
+                // A ping-pong side WRITEs into its own slot of the shared target.
+                Some(s) => s.slot(),
+                None => *slot * batch + j,
+            };
+            add_message(ops, run, buf, &dest, to, *seq + j as u64)?;
         }
         Ok(())
     });
-    if let Err(e) = posted {
-        if e.err != ESHUTDOWN {
-            run.error(format_args!("post_send: {:?}", e.err));
+    match posted {
+        Ok(()) => true,
+        Err(e) => {
+            if e.err != ESHUTDOWN {
+                run.error(format_args!("post_send: {:?}", e.err));
+            }
+            false
         }
-        drop(e.wr);
+    }
+}
+
+/// Posts `wr` with the next messages, or retires it when the run is over. Any context.
+pub(super) fn post_next(mut wr: Wr<Tx>) {
+    let run = wr.data().run.clone();
+    let qp = wr.data().qp.clone();
+    // A validated run posts in sequence order, which its receiver checks; otherwise claiming
+    // sequence numbers is enough.
+    let _order = run.spec.validate.then(|| run.post_lock.lock());
+    let claimed = if run.stopping() {
+        None
+    } else {
+        run.claim(run.spec.batch)
+    };
+    let Some((seq, n)) = claimed else {
+        drop(wr);
         run.retire();
+        return;
+    };
+    prepare(&mut wr, &run, seq, n);
+    if !post(wr, &run, &qp) {
+        run.retire();
+    }
+}
+
+/// Checks what the messages of a completed request left behind: RDMA WRITEs in their target
+/// slots, RDMA READs in the request's buffers.
+fn verify(t: &mut Tx, run: &Run) {
+    let spec = &run.spec;
+    let (size, batch) = (spec.size, spec.batch as usize);
+    for j in 0..t.n {
+        let (seq, slot) = (t.seq + j as u64, t.slot * batch + j);
+        let ok = match spec.op {
+            Op::Write => check_slot(t.target.as_deref(), slot, size, seq),
+            Op::Read => t.bufs.get_mut(j).is_some_and(|b| {
+                b.as_slice()
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &v)| v == pattern(slot as u64, i))
+            }),
+            _ => true,
+        };
+        if !ok {
+            Stats::add(&run.stats.corrupt, 1);
+            run.error(format_args!(
+                "{} of message {seq} does not match",
+                spec.op.name()
+            ));
+        }
     }
 }
 
 impl Completion for Tx {
     fn done(mut wr: Wr<Self>, wc: &Wc) {
-        let t = wr.data_mut();
-        let run = t.run.clone();
+        let run = wr.data().run.clone();
         if run.stats.completion(wc.status()) {
             run.error(format_args!(
                 "{} {} completed with {:?}",
@@ -175,94 +340,224 @@ impl Completion for Tx {
             // An error moves an RC QP to the error state: the run cannot go on.
             run.stop();
         }
+        if wr.data().side.is_some() {
+            pp_sent(wr, &run, wc.is_ok());
+            return;
+        }
         if !wc.is_ok() {
             drop(wr);
             run.retire();
             return;
         }
+        let t = wr.data_mut();
         let lat = now_ns().saturating_sub(t.posted_ns);
         run.stats.latency(lat.max(0) as u64);
-        Stats::add(&run.stats.messages, 1);
-        Stats::add(&run.stats.bytes, run.spec.size as u64);
+        let n = t.n as u64;
+        Stats::add(&run.stats.messages, n);
+        Stats::add(&run.stats.bytes, n * run.spec.size as u64);
         if run.spec.validate {
-            let size = run.spec.size;
-            let ok = match run.spec.op {
-                Op::Write => t
-                    .target
-                    .as_ref()
-                    .is_some_and(|m| check_mr(m, t.slot * size, size, t.seq)),
-                Op::Read => t
-                    .buf
-                    .as_slice()
-                    .iter()
-                    .enumerate()
-                    .all(|(i, &b)| b == pattern(t.slot as u64, i)),
-                _ => true,
-            };
-            if !ok {
-                Stats::add(&run.stats.corrupt, 1);
-                run.error(format_args!(
-                    "{} of message {} does not match",
-                    run.spec.op.name(),
-                    t.seq
-                ));
-            }
+            verify(t, &run);
         }
         post_next(wr);
     }
 }
 
+/// Counts and checks a message that arrived (SEND, SEND_WITH_IMM) at the receiving QP.
+fn received(r: &mut Rx, run: &Run, wc: &Wc) {
+    let spec = &run.spec;
+    let received = run.stats.received.fetch_add(1, Ordering::Relaxed) + 1;
+    if spec.role == Role::Server && received == spec.count {
+        run.retire();
+    }
+    if !spec.validate {
+        run.rx_expected.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let skip = if spec.mode == QpType::Ud { GRH_LEN } else { 0 };
+    let len = (wc.byte_len() as usize).saturating_sub(skip);
+    let data = r.buf.as_slice().get(skip..skip + len).unwrap_or(&[]);
+    let sender = (spec.role == Role::Loopback).then_some(run.id);
+    let Some(seq) = check(data, sender).filter(|_| len == spec.size) else {
+        Stats::add(&run.stats.corrupt, 1);
+        run.error(format_args!("received a corrupt message ({len} bytes)"));
+        return;
+    };
+    let seq = u64::from(seq);
+    if spec.op == Op::SendImm && wc.imm_data() != Some(seq as u32) {
+        Stats::add(&run.stats.corrupt, 1);
+        run.error(format_args!("message {seq}: immediate {:?}", wc.imm_data()));
+    }
+    let want = run.rx_expected.load(Ordering::Relaxed);
+    if seq >= want {
+        Stats::add(&run.stats.lost, seq - want);
+        run.rx_expected.store(seq + 1, Ordering::Relaxed);
+    } else {
+        Stats::add(&run.stats.dup, 1);
+    }
+}
+
 impl Completion for Rx {
     fn done(mut wr: Wr<Self>, wc: &Wc) {
-        let r = wr.data_mut();
-        let run = r.run.clone();
+        let run = wr.data().run.clone();
+        let side = wr.data().side;
         if run.stats.completion(wc.status()) {
             run.error(format_args!("receive completed with {:?}", wc.status()));
             run.stop();
+            if side.is_some() {
+                run.pp_end();
+            }
         }
         if !wc.is_ok() {
             return;
         }
-        let received = run.stats.received.fetch_add(1, Ordering::Relaxed) + 1;
-        let spec = &run.spec;
-        if spec.role == Role::Server && received == spec.count {
-            run.retire();
+        match side {
+            Some(side) => pp_received(wr.data_mut(), &run, side, wc),
+            None => received(wr.data_mut(), &run, wc),
         }
-        if spec.validate {
-            let skip = if spec.mode == QpType::Ud { GRH_LEN } else { 0 };
-            let len = (wc.byte_len() as usize).saturating_sub(skip);
-            let data = r.buf.as_slice().get(skip..skip + len).unwrap_or(&[]);
-            let sender = (spec.role == Role::Loopback).then_some(run.id);
-            match check(data, sender).filter(|_| len == spec.size) {
-                None => {
-                    Stats::add(&run.stats.corrupt, 1);
-                    run.error(format_args!("received a corrupt message ({len} bytes)"));
-                }
-                Some(seq) => {
-                    let seq = u64::from(seq);
-                    if spec.op == Op::SendImm && wc.imm_data() != Some(seq as u32) {
-                        Stats::add(&run.stats.corrupt, 1);
-                        run.error(format_args!("message {seq}: immediate {:?}", wc.imm_data()));
-                    }
-                    let want = run.rx_expected.load(Ordering::Relaxed);
-                    if seq >= want {
-                        Stats::add(&run.stats.lost, seq - want);
-                        run.rx_expected.store(seq + 1, Ordering::Relaxed);
-                    } else {
-                        Stats::add(&run.stats.dup, 1);
-                    }
-                }
+        Rx::repost(wr, &run);
+    }
+}
+
+/// One side of a ping-pong run: its send requests that are back from the device, and the
+/// messages it owes (that arrived while none was back), with the sequence number of the last.
+pub(crate) struct PpSlot {
+    free: [Option<Wr<Tx>>; 2],
+    owed: u32,
+    seq: u64,
+}
+
+impl PpSlot {
+    pub(super) fn new() -> Self {
+        Self {
+            free: [None, None],
+            owed: 0,
+            seq: 0,
+        }
+    }
+
+    fn take(&mut self) -> Option<Wr<Tx>> {
+        self.free.iter_mut().find_map(Option::take)
+    }
+
+    /// Keeps `wr`; gives it back if there is no room.
+    pub(super) fn put(&mut self, wr: Wr<Tx>) -> Option<Wr<Tx>> {
+        match self.free.iter_mut().find(|f| f.is_none()) {
+            Some(f) => {
+                *f = Some(wr);
+                None
             }
+            None => Some(wr),
+        }
+    }
+
+    /// Gives up the requests it keeps (the run is over).
+    pub(super) fn clear(&mut self) -> [Option<Wr<Tx>>; 2] {
+        core::mem::take(&mut self.free)
+    }
+}
+
+/// Side `side` of a ping-pong owes message `seq`: sends it now with a request that is back, or
+/// as soon as one comes back.
+fn pp_owe(run: &Run, side: Side, seq: u64) {
+    if run.stopping() {
+        run.pp_end();
+        return;
+    }
+    let wr = {
+        let mut s = run.pp(side).lock();
+        let wr = s.take();
+        if wr.is_none() {
+            s.owed += 1;
+            s.seq = seq;
+        }
+        wr
+    };
+    if let Some(wr) = wr {
+        pp_send(wr, run, seq);
+    }
+}
+
+/// Sends message `seq` from a ping-pong side.
+pub(super) fn pp_send(mut wr: Wr<Tx>, run: &Run, seq: u64) {
+    let qp = wr.data().qp.clone();
+    prepare(&mut wr, run, seq, 1);
+    if wr.data().side == Some(Side::Ping) {
+        run.pp.ping_ns.store(wr.data().posted_ns, Ordering::Relaxed);
+    }
+    if !post(wr, run, &qp) {
+        run.pp_end();
+    }
+}
+
+/// A ping-pong side's send request is back: it answers what the side owes, or waits for it.
+fn pp_sent(wr: Wr<Tx>, run: &Run, ok: bool) {
+    let Some(side) = wr.data().side.filter(|_| ok && !run.stopping()) else {
+        drop(wr);
+        run.pp_end();
+        return;
+    };
+    let (send, extra) = {
+        let mut s = run.pp(side).lock();
+        if s.owed > 0 {
+            s.owed -= 1;
+            (Some((wr, s.seq)), None)
         } else {
-            run.rx_expected.fetch_add(1, Ordering::Relaxed);
+            (None, s.put(wr))
         }
-        if run.stopping.load(Ordering::Acquire) {
-            return;
+    };
+    // Two requests per side: there is always room for the one that came back.
+    drop(extra);
+    if let Some((wr, seq)) = send {
+        pp_send(wr, run, seq);
+    }
+}
+
+/// A ping (at the answering side) or its answer (at the pinging side) arrived.
+fn pp_received(r: &mut Rx, run: &Run, side: Side, wc: &Wc) {
+    let spec = &run.spec;
+    // What this side waits for: the next ping, or the answer to the ping in flight.
+    let want = match side {
+        Side::Pong => run.rx_expected.load(Ordering::Relaxed),
+        Side::Ping => Stats::get(&run.stats.messages),
+    };
+    let from = match side {
+        Side::Pong => Side::Ping,
+        Side::Ping => Side::Pong,
+    };
+    let intact = !spec.validate
+        || match spec.op {
+            Op::Write => {
+                wc.imm_data() == Some(want as u32)
+                    && check_slot(r.target.as_deref(), from.slot(), spec.size, want)
+            }
+            _ => {
+                let len = wc.byte_len() as usize;
+                let data = r.buf.as_slice().get(..len).unwrap_or(&[]);
+                len == spec.size && check(data, Some(run.id)) == Some(want as u32)
+            }
+        };
+    if !intact {
+        Stats::add(&run.stats.corrupt, 1);
+        run.error(format_args!("ping-pong message {want} does not match"));
+        run.stop();
+        run.pp_end();
+        return;
+    }
+    match side {
+        Side::Pong => {
+            Stats::add(&run.stats.received, 1);
+            run.rx_expected.store(want + 1, Ordering::Relaxed);
+            pp_owe(run, Side::Pong, want);
         }
-        let qp = r.qp.clone();
-        if let Err(e) = qp.post_recv(wr, Rx::scatter) {
-            if e.err != ESHUTDOWN {
-                run.error(format_args!("post_recv: {:?}", e.err));
+        Side::Ping => {
+            let rtt = now_ns().saturating_sub(run.pp.ping_ns.load(Ordering::Relaxed));
+            run.stats.latency(rtt.max(0) as u64);
+            Stats::add(&run.stats.messages, 1);
+            Stats::add(&run.stats.bytes, spec.size as u64);
+            if want + 1 >= spec.count {
+                run.pp_end();
+            } else {
+                pp_owe(run, Side::Ping, want + 1);
             }
         }
     }

@@ -131,14 +131,19 @@ setup_loopback() {
 	load_rxe && add_rxe rxe0 veth0 && add_rxe rxe1 veth1
 }
 
-# rping_pair ADDR COUNT SIZE: rping server and client over rdma_cm on ADDR,
-# with data verification (-V); both must exit 0.
+# rping_pair ADDR PORT COUNT SIZE [ARGS...]: rping server and client over
+# rdma_cm on ADDR:PORT (ARGS to both, e.g. -V to verify the data); both must
+# exit 0. RPING_MS is the client's wall time.
 rping_pair() {
-	rping -s -a "$1" -C "$2" -S "$3" -V > /tmp/rping-s 2>&1 &
+	local a=$1 p=$2 n=$3 s=$4 t0
+	shift 4
+	timeout 300 rping -s -a "$a" -p "$p" -C "$n" -S "$s" "$@" > /tmp/rping-s 2>&1 &
 	spid=$!
-	sleep 1
-	rping -c -a "$1" -C "$2" -S "$3" -V > /tmp/rping-c 2>&1
+	wait_for 20 listening "$a" "$p"
+	t0=$(uptime_ms)
+	timeout 300 rping -c -a "$a" -p "$p" -C "$n" -S "$s" "$@" > /tmp/rping-c 2>&1
 	crc=$?
+	RPING_MS=$(( $(uptime_ms) - t0 ))
 	wait $spid
 	src=$?
 	cat /tmp/rping-c /tmp/rping-s
@@ -217,8 +222,8 @@ mode_test() {
 	# rdma_cm + RC traffic on one rxe device, from user space (the peer the ULP
 	# will later talk to): checks the image and the device, and gives a baseline.
 	suite_begin rdma_loopback
-	check rping_64B_x50 rping_pair 10.77.0.1 50 64
-	check rping_4KiB_x50 rping_pair 10.77.0.1 50 4096
+	check rping_64B_x50 rping_pair 10.77.0.1 7174 50 64 -V
+	check rping_4KiB_x50 rping_pair 10.77.0.1 7175 50 4096 -V
 	suite_end
 
 	suite_begin rdma_leaks

@@ -70,6 +70,38 @@ ulp_peer_rc_server() {
 	ulp_server_clean "$id" "$n"
 }
 
+# RDMA between the guests: b's server run is the target (registered when it is
+# connected, listed on its `target` line), a's client WRITEs or READs it.
+# ulp_peer_rdma_client OP VALIDATE PORT: PORT..PORT+3 carry the exchange.
+ulp_peer_rdma_client() {
+	local eb ea id tgt n=50 p=$3
+	eb=$(nc_recv "$p"); [ -n "$eb" ] || { echo "no endpoint from the server"; return 1; }
+	ulp_ctl start role=client dev=rxe0 mode=rc op="$1" size=16k depth=8 count=$n \
+		validate="$2" peer="$eb" hold=1 || return 1
+	id=$(ulp_last_id); ea=$(ulp_endpoint "$id")
+	nc_send 10.88.0.2 $((p + 1)) "$ea" || { echo "the server did not take our endpoint"; return 1; }
+	tgt=$(nc_recv $((p + 2))); [ -n "$tgt" ] || { echo "no target from the server"; return 1; }
+	echo "server target $tgt"
+	ulp_ctl go id="$id" remote="$tgt" && ulp_ctl wait id="$id" || return 1
+	nc_send 10.88.0.2 $((p + 3)) done
+	ulp_clean "$id" "$n" 0
+}
+ulp_peer_rdma_server() {
+	local eb ea id tgt p=$2
+	ulp_ctl start role=server dev=rxe0 mode=rc op="$1" size=16k depth=8 || return 1
+	id=$(ulp_last_id); eb=$(ulp_endpoint "$id")
+	nc_send 10.88.0.1 "$p" "$eb" || { echo "the client did not take our endpoint"; return 1; }
+	ea=$(nc_recv $((p + 1))); [ -n "$ea" ] || { echo "no endpoint from the client"; return 1; }
+	ulp_ctl connect id="$id" peer="$ea" || return 1
+	tgt=$(ulp_target "$id")
+	[ -n "$tgt" ] || { cat $ULP/stats; echo "no target line"; return 1; }
+	nc_send 10.88.0.1 $((p + 2)) "$tgt" || return 1
+	[ "$(nc_recv $((p + 3)))" = done ] || { echo "the client did not finish"; return 1; }
+	ulp_ctl stop id="$id" || return 1
+	ulp_row "$id"
+	[ "$(ulp_stat "$id" errors)" = 0 ]
+}
+
 # UD may drop datagrams: what did not arrive is counted, not hidden.
 ulp_peer_ud_server() {
 	local eb id got n=$ULP_PEER_COUNT
@@ -212,6 +244,8 @@ mode_peer_a() {
 	check ulp_insmod insmod /lib/modules/extra/rdma_rust_ulp.ko
 	check ulp_rc_client_to_peer ulp_peer_rc_client
 	check ulp_ud_client_to_peer ulp_peer_ud_client
+	check ulp_rdma_write_to_peer ulp_peer_rdma_client write 0 5011
+	check ulp_rdma_read_from_peer_validated ulp_peer_rdma_client read 1 5021
 	check cm_rping_client_to_peer_ulp_server cm_peer_a_rping_to_ulp
 	check cm_rping_server_for_peer_ulp_client cm_peer_a_rping_serves
 	check cm_rping_server_for_peer_ulp_client_ipv6 cm_peer_a_rping_serves6
@@ -259,6 +293,8 @@ mode_peer_b() {
 	check ulp_insmod insmod /lib/modules/extra/rdma_rust_ulp.ko
 	check ulp_rc_server_from_peer ulp_peer_rc_server
 	check ulp_ud_server_from_peer ulp_peer_ud_server
+	check ulp_rdma_write_target_for_peer ulp_peer_rdma_server write 5011
+	check ulp_rdma_read_target_for_peer ulp_peer_rdma_server read 5021
 	check cm_ulp_server_for_peer_rping cm_peer_b_serve_rping
 	check cm_ulp_client_to_peer_rping_server cm_peer_b_ulp_to_rping
 	check cm_ulp_client_to_peer_rping_server_ipv6 cm_peer_b_ulp_to_rping6

@@ -17,6 +17,8 @@ ulp_stat() {
 ulp_last_id() { awk 'NR > 1 && $1 ~ /^[0-9]+$/ && $1 + 0 > m { m = $1 + 0 } END { print m + 0 }' $ULP/stats; }
 # ulp_endpoint ID: this host's QP of a server or client run, as peer= takes it
 ulp_endpoint() { awk -v id="$1" '$1 == "endpoint" && $2 == id { print $5 }' $ULP/stats; }
+# ulp_target ID: an RDMA server run's target, as go ... remote= takes it
+ulp_target() { awk -v id="$1" '$1 == "target" && $2 == id { print $4 }' $ULP/stats; }
 ulp_row() { awk -v id="$1" 'NR == 1 || $1 == id' $ULP/stats; }
 # ulp_clean ID COUNT RECV: run ID is done and moved COUNT messages with no error,
 # loss, duplicate or corruption (and received them all if RECV is 1)
@@ -49,11 +51,21 @@ bad_ctl() {
 		"start dev=rxe0 count=99999999999" "start dev=rxe0 validate=2" \
 		"start dev=rxe0 frob=1" "start dev=rxe0 size" "start dev=rxe0 poll=irq" \
 		"start dev=rxe0 mode=ud size=4096" "start dev=rxe0 mode=ud op=write" \
-		"start dev=rxe0 op=write size=65536 depth=64" "start dev=rxe0 size=4 validate=1" \
+		"start dev=rxe0 size=4 validate=1" \
 		"start dev=rxe0 pool=1 poll=direct" "start dev=rxe0 pool=2" \
 		"start cm=server addr=10.77.0.1 port=7299 mcast=239.1.1.1" \
 		"start cm=server mode=ud addr=10.77.0.1 port=7299 mcast=10.1.1.1" \
 		"start dev=rxe0 mode=ud mcast=239.1.1.1" \
+		"start dev=rxe0 batch=9" "start dev=rxe0 depth=12 batch=8" "start dev=rxe0 batch=0" \
+		"start dev=rxe0 op=write inline=1" "start dev=rxe0 mode=ud inline=1" \
+		"start dev=rxe0 size=4096 inline=1" "start dev=rxe0 pingpong=1 mode=ud" \
+		"start dev=rxe0 pingpong=1 op=read" "start dev=rxe0 pingpong=1 depth=4" \
+		"start dev=rxe0 pingpong=2" "start cm=client addr=10.77.0.1 port=7299 batch=2" \
+		"start dev=rxe0 op=write size=2m" "start dev=rxe0 op=write size=1m depth=128" \
+		"start dev=rxe0 role=client op=write peer=1:00000000000000000000ffff0a4d0001:1 validate=0" \
+		"start dev=rxe0 role=client op=write peer=1:00000000000000000000ffff0a4d0001:1 hold=1" \
+		"go id=1 remote=xyz:1:1" "go id=1 remote=1:123456789:1000" "go id=1 remote=1:1" \
+		"start dev=rxe0 role=server op=write size=64k depth=32" \
 		"stop" "stop id=999" "stop id=x" "wait id=999 extra" "clear now"; do
 		mark
 		if ulp_ctl "$c" 2> /tmp/err; then
@@ -135,6 +147,14 @@ ulp_ud_run() {
 	ulp_ctl start "$@" count="$n" wait=1 || { echo "start $* failed"; return 1; }
 	ulp_ud_ok "$(ulp_last_id)" "$n"
 }
+# ulp_pingpong COUNT KEY=VALUE...: a ping-pong run to its end: COUNT round
+# trips, each answer checked, and a round trip time recorded
+ulp_pingpong() {
+	n=$1; shift
+	ulp_run "$n" 0 mode=rc pingpong=1 "$@" || return 1
+	id=$(ulp_last_id)
+	ulp_has "$id" depth 1 && ulp_above "$id" lat_p50 0
+}
 # ulp_has ID COLUMN VALUE
 ulp_has() { ulp_row "$1"; [ "$(ulp_stat "$1" "$2")" = "$3" ]; }
 # ulp_above ID COLUMN N: the cell is a number above N
@@ -196,6 +216,17 @@ ulp_traffic() {
 	check ud_send_1KiB ulp_ud_run 300 mode=ud op=send size=1024 dev=rxe0
 	check ud_send_direct ulp_ud_run 300 mode=ud op=send size=256 poll=direct dev=rxe1
 	check ud_send_imm_512B ulp_ud_run 300 mode=ud op=send_imm size=512 poll=workqueue dev=rxe0
+	# The data path's options: chained posts (a count that is not a whole
+	# number of batches too), inline sends, targets over several MRs, ping-pong.
+	check rc_send_batch8 ulp_run 301 1 mode=rc op=send size=256 depth=16 batch=8 dev=rxe0
+	check rc_write_batch4 ulp_run 150 0 mode=rc op=write size=4096 depth=8 batch=4 dev=rxe0
+	check rc_read_batch4 ulp_run 150 0 mode=rc op=read size=4096 depth=8 batch=4 dev=rxe1
+	check ud_send_imm_batch8 ulp_ud_run 300 mode=ud op=send_imm size=512 depth=16 batch=8 dev=rxe0
+	check rc_send_inline ulp_run 300 1 mode=rc op=send size=128 inline=1 batch=2 dev=rxe0
+	check rc_write_4MiB_target ulp_run 100 0 mode=rc op=write size=65536 depth=64 dev=rxe0
+	check rc_read_1MiB_messages ulp_run 12 0 mode=rc op=read size=1m depth=4 dev=rxe1
+	check pingpong_send ulp_pingpong 200 op=send size=64 inline=1 dev=rxe0
+	check pingpong_write ulp_pingpong 200 op=write size=4096 poll=workqueue dev=rxe1
 	# The pool's CQs stay until their device goes: rxe1, whose deletion below frees them.
 	check rc_send_cq_pool ulp_run 300 1 mode=rc op=send size=4096 pool=1 dev=rxe1
 	check ud_send_cq_pool ulp_ud_run 300 mode=ud op=send size=1024 pool=1 poll=workqueue dev=rxe1
