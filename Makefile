@@ -13,7 +13,7 @@ else
 
 KUNIT := tools/testing/kunit
 
-.PHONY: all setup build check test run clean help
+.PHONY: all setup build check test run bench clean help
 
 all: build
 
@@ -23,6 +23,7 @@ help:
 	@echo "make setup  install packages and unpack the kernel (done on demand by the others)"
 	@echo "make build  build the kernel and the modules only"
 	@echo "make check  rustfmt, clippy, and no bindings:: outside rust/rdma"
+	@echo "make bench  the ULP against perftest and rping on the release kernel (BENCH_QUICK=1: one short round)"
 
 setup:
 	$(KUNIT)/setup.sh
@@ -38,6 +39,9 @@ test:
 
 run:
 	$(KUNIT)/run.sh run
+
+bench:
+	FLAVOR=release $(KUNIT)/run.sh bench
 
 clean:
 	@echo "build outputs live in $${RDMA_RUST_CACHE:-$$HOME/.cache/rdma-rust}; remove it to start cold"

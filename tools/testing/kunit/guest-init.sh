@@ -8,6 +8,8 @@
 #   rdmatest=run          one guest: show the ULP attaching to rxe devices
 #   rdmatest=peer-a|b     one of two guests joined by a QEMU socket network:
 #                         a is 10.88.0.1 (rping server), b 10.88.0.2 (client)
+#   rdmatest=bench        `make bench`: the ULP against perftest and rping
+#   rdmatest=bench-a|b    `make bench` between two guests
 # Results are printed as KTAP suites on /dev/kmsg, next to the kernel's own.
 
 export PATH=/usr/bin:/bin:/sbin:/usr/sbin
@@ -320,11 +322,15 @@ mode_run() {
 # The ULP's checks (one guest) and the two-guest checks, sourced here.
 . /lib/rdmatest/ulp.sh
 . /lib/rdmatest/peers.sh
+. /lib/rdmatest/bench.sh
 
 case "$mode" in
 test) mode_test ;;
 run) mode_run ;;
 peer-a) mode_peer_a ;;
 peer-b) mode_peer_b ;;
+bench) mode_bench ;;
+bench-a) mode_bench_cross a ;;
+bench-b) mode_bench_cross b ;;
 *) say "rdmatest: unknown mode '$mode'"; sh ;;
 esac

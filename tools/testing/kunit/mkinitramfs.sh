@@ -17,6 +17,7 @@ done
 
 BINARIES=(/bin/ip /usr/bin/rdma /usr/bin/rping /usr/bin/udaddy /usr/bin/ucmatose
 	/usr/bin/ib_send_bw /usr/bin/ib_send_lat /usr/bin/ib_write_bw /usr/bin/ib_read_bw
+	/usr/bin/ib_write_lat
 	/usr/bin/ibv_devinfo /usr/bin/ibv_devices /usr/bin/ibv_rc_pingpong /usr/bin/ibv_ud_pingpong)
 PROVIDERS=(/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so)
 # Loaded with dlopen (not seen by ldd): the verbs provider, and libgcc_s for
@@ -57,6 +58,9 @@ chmod +x "$root/init"
 mkdir -p "$root/lib/rdmatest"
 cp "$KUNIT_DIR/guest-ulp.sh" "$root/lib/rdmatest/ulp.sh"
 cp "$KUNIT_DIR/guest-peers.sh" "$root/lib/rdmatest/peers.sh"
+cp "$KUNIT_DIR/guest-bench.sh" "$root/lib/rdmatest/bench.sh"
+# RDMATEST_SCRIPT=FILE: a script of one's own for the bench guest (BENCH_CASES=script).
+[ -z "${RDMATEST_SCRIPT:-}" ] || cp "$RDMATEST_SCRIPT" "$root/lib/rdmatest/script.sh"
 
 (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > "$out.tmp"
 mv "$out.tmp" "$out"

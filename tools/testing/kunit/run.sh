@@ -5,6 +5,8 @@
 #   run.sh test   one guest (loopback topology) + two guests (two RoCE hosts);
 #                 prints the KUnit report and ends with "N passed, N failed"
 #   run.sh run    one guest: rxe devices, the ULP attaching to them
+#   run.sh bench  (FLAVOR=release) the ULP against perftest and rping, timed;
+#                 prints the table and writes bench.csv and bench.png
 #
 # Environment: RDMA_RUST_CACHE (build cache), RDMA_RUST_LOGS (logs), SERIAL
 # (1: the topologies one after the other, the default below four cores),
@@ -50,7 +52,7 @@ vm() {
 	shift 2
 	local log=$run_dir/$name.log
 	timeout -k 10 "$VM_TIMEOUT" nice -n "${VM_NICE:-0}" qemu-system-x86_64 \
-		-nographic -no-reboot -monitor none -cpu max,la57=off -m 512 \
+		-nographic -no-reboot -monitor none -cpu max,la57=off -m "${VM_MEM:-512}" \
 		-kernel "$BZIMAGE" -initrd "$IMAGES/initramfs.cpio.gz" \
 		-append "console=ttyS0 panic=-1 oops=panic printk.devkmsg=on acpi=noirq watchdog_thresh=30 rcupdate.rcu_cpu_stall_timeout=60 log_buf_len=4M $cmdline" \
 		"$@" < /dev/null > "$log" 2>&1 && rc=0 || rc=$?
@@ -70,17 +72,13 @@ free_port() {
 	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-# Two guests joined by a QEMU socket backend (one listens, one connects): two
-# RoCE hosts, rxe0 on each guest's virtio-net NIC.
+# peers NAME_A CMDLINE_A NAME_B CMDLINE_B: two guests joined by a QEMU socket
+# backend (a listens, b connects): two RoCE hosts, rxe0 on each guest's
+# virtio-net NIC. VM_NICE applies to both.
 peers() {
 	local port
 	port=$(free_port)
-	local common="rdmatest.count=$PEER_COUNT rdmatest.size=$PEER_SIZE"
-	# The loopback guest has more to do: the peers take the CPU it leaves.
-	local VM_NICE=10
-	# ib_core.force_mr=1: peer-a runs rdma_storage again on the MR path of the
-	# core's R/W API (reported as rdma_storage_mr).
-	vm peer-a "rdmatest=peer-a $common ib_core.force_mr=1" -smp 1 \
+	vm "$1" "$2" -smp 1 \
 		-netdev socket,id=n0,listen=127.0.0.1:"$port" \
 		-device virtio-net-pci,netdev=n0,mac=52:54:00:88:00:01 &
 	local pa=$!
@@ -88,11 +86,20 @@ peers() {
 		ss -ltn | grep -q "127.0.0.1:$port " && break
 		sleep 0.2
 	done
-	vm peer-b "rdmatest=peer-b $common" -smp 1 \
+	vm "$3" "$4" -smp 1 \
 		-netdev socket,id=n0,connect=127.0.0.1:"$port" \
 		-device virtio-net-pci,netdev=n0,mac=52:54:00:88:00:02 &
 	local pb=$!
 	wait $pa $pb
+}
+
+# The test topology's two guests. ib_core.force_mr=1: peer-a runs rdma_storage
+# again on the MR path of the core's R/W API (reported as rdma_storage_mr). The
+# loopback guest has more to do: the peers take the CPU it leaves (VM_NICE).
+test_peers() {
+	local common="rdmatest.count=$PEER_COUNT rdmatest.size=$PEER_SIZE"
+	VM_NICE=10 peers peer-a "rdmatest=peer-a $common ib_core.force_mr=1" \
+		peer-b "rdmatest=peer-b $common"
 }
 
 if [ "$mode" = run ]; then
@@ -107,7 +114,47 @@ if [ "$mode" = run ]; then
 	exit 0
 fi
 
-[ "$mode" = test ] || die "usage: run.sh test|run"
+if [ "$mode" = bench ]; then
+	[ "$FLAVOR" = release ] || die "make bench times the release kernel only (FLAVOR=release)"
+	# BENCH_QUICK=1 (CI): one round of small counts, to keep the bench from rotting;
+	# BENCH_ROUNDS, BENCH_BYTES: rounds, and bytes per throughput run.
+	if [ -n "${BENCH_QUICK:-}" ]; then
+		extra="rdmatest.rounds=1 rdmatest.quick=1"
+	else
+		extra="rdmatest.rounds=${BENCH_ROUNDS:-3}"
+	fi
+	[ -z "${BENCH_BYTES:-}" ] || extra="$extra rdmatest.bytes=$BENCH_BYTES"
+	# BENCH_CASES=a,b: only those cases; BENCH_CASES=script runs RDMATEST_SCRIPT.
+	[ -z "${BENCH_CASES:-}" ] || extra="$extra rdmatest.cases=$BENCH_CASES"
+	# Data-path keys of the ULP's timed runs, for experiments (comma-separated).
+	[ -z "${BENCH_ULP_FAST:-}" ] || extra="$extra rdmatest.ulp_fast=$BENCH_ULP_FAST"
+	[ -z "${BENCH_ULP_LAT:-}" ] || extra="$extra rdmatest.ulp_lat=$BENCH_ULP_LAT"
+	t1=$(date +%s)
+	log "one guest on the release kernel: the ULP against perftest and rping (log: $run_dir/bench.log)"
+	logs=() status=ok
+	if [ "${BENCH_TOPOLOGY:-all}" != peers ]; then
+		VM_MEM=1024 vm bench "rdmatest=bench $extra" -smp 2 -net none
+		logs+=("$run_dir/bench.log")
+		[ "$(cat "$run_dir/bench.status")" = ok ] || status="bench: $(cat "$run_dir/bench.status")"
+	fi
+	if [ "${BENCH_TOPOLOGY:-all}" != loopback ] && [ "${BENCH_CASES:-}" != script ]; then
+		log "two guests on the release kernel (logs: $run_dir/bench-a.log, $run_dir/bench-b.log)"
+		peers bench-a "rdmatest=bench-a $extra" bench-b "rdmatest=bench-b $extra"
+		logs+=("$run_dir/bench-a.log" "$run_dir/bench-b.log")
+		for g in bench-a bench-b; do
+			[ "$(cat "$run_dir/$g.status")" = ok ] || status="$g: $(cat "$run_dir/$g.status")"
+		done
+	fi
+	log "build ${t_build}s, bench VMs $(($(date +%s) - t1))s; logs in $run_dir"
+	rc=0
+	python3 "$KUNIT_DIR/bench_report.py" --out "$run_dir" \
+		--title "make bench ($(date +%F), $(nproc) host cores, TCG)" \
+		--expect-guests ${#logs[@]} "${logs[@]}" || rc=$?
+	[ "$status" = ok ] || die "$status (logs in $run_dir)"
+	exit $rc
+fi
+
+[ "$mode" = test ] || die "usage: run.sh test|run|bench"
 
 # The release kernel has no doctests (release.config): they run at every boot.
 guests=() expect=
@@ -127,7 +174,7 @@ if [ "$TOPOLOGY" != loopback ]; then
 	serial=${SERIAL:-$([ "$(nproc)" -ge 4 ] && echo 0 || echo 1)}
 	[ "$serial" = 0 ] || [ -z "${lpid:-}" ] || wait "$lpid"
 	log "two guests, two RoCE hosts (logs: $run_dir/peer-a.log, $run_dir/peer-b.log)"
-	peers
+	test_peers
 fi
 wait
 t_vm=$(($(date +%s) - t1))

@@ -1,0 +1,294 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+"""Turns the `rdmabench:` lines of `make bench` guests into a table, a CSV and a chart.
+
+Usage: bench_report.py --out DIR [--title TEXT] LOG...
+
+Each timed run is a line `rdmabench: run case=C side=peer|ulp round=R value=V p99=P msgs=M
+cpu_us=U` (see guest-bench.sh). For every case the report gives the median and the range of
+each side over the rounds, the ratio ULP/peer of the medians, the CPU time per message of each
+side, and whether rxe bounds the case (see `bound`). It writes DIR/bench.csv and, from the size
+sweep, DIR/bench.png (throughput against message size, ULP and perftest on one chart). Exits
+non-zero when a run failed, a validated run failed, or the guest did not finish.
+"""
+
+import argparse
+import csv
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+KIND_UNIT = {
+    "rate": "msgs/s",
+    "bw": "MB/s",
+    "lat": "p50 us, half round trip (lower is better)",
+    "rt": "round trips/s",
+}
+PEER_TOOL = {
+    "rc_send": "ib_send_bw",
+    "ud_send": "ib_send_bw -c UD",
+    "rc_write": "ib_write_bw",
+    "rc_read": "ib_read_bw",
+    "lat_send": "ib_send_lat",
+    "lat_write": "ib_write_lat",
+    "rping": "rping -s/-c",
+    "cross_send": "ib_send_bw",
+    "cross_write": "ib_write_bw",
+}
+# A case is bounded by rxe when the faster side reaches this share of what rxe alone
+# allows for its message size (see rxe_ceiling).
+BOUND_SHARE = 0.85
+
+LINE = re.compile(r"rdmabench: (\w+)(.*)")
+
+
+def fields(rest):
+    return dict(kv.split("=", 1) for kv in rest.split() if "=" in kv)
+
+
+def parse(logs):
+    runs, other, failures = {}, [], []
+    order, ended = [], 0
+    for path in logs:
+        with open(path, errors="replace") as f:
+            for line in f:
+                m = LINE.search(line)
+                if not m:
+                    continue
+                what, rest = m.group(1), m.group(2).strip()
+                kv = fields(rest)
+                if what == "run":
+                    key = kv["case"]
+                    if key not in runs:
+                        runs[key] = {"peer": [], "ulp": []}
+                        order.append(key)
+                    runs[key][kv["side"]].append(kv)
+                elif what == "cpu":
+                    cpu_extra[(kv["case"], kv["side"], kv["round"])] = int(kv["ticks"])
+                elif what == "fail":
+                    failures.append(f"run failed: {rest}")
+                elif what == "check" and " ok " not in f" {rest} ":
+                    failures.append(f"validated run failed: {rest}")
+                elif what == "end":
+                    ended += 1
+                elif what == "case":
+                    meta[kv["case"]] = kv
+                other.append((what, rest, kv))
+    return runs, order, other, failures, ended
+
+
+meta = {}
+# CPU ticks (USER_HZ) of the other guest of a two-guest run, by (case, side, round).
+cpu_extra = {}
+
+
+def add_other_guest_cpu(runs):
+    """A two-guest run's CPU time is both guests': the sender's line has its own, the
+    other guest's `cpu` line the rest."""
+    for name, sides in runs.items():
+        for side, rs in sides.items():
+            for r in rs:
+                ticks = cpu_extra.get((name, side, r["round"]))
+                if ticks is not None:
+                    r["cpu_us"] = str(float(r["cpu_us"]) + ticks * 10000 / float(r["msgs"]))
+
+
+def stats(rs, key="value"):
+    v = [float(r[key]) for r in rs]
+    if not v:
+        return None
+    return statistics.median(v), min(v), max(v)
+
+
+def case_kind(name):
+    return meta.get(name, {}).get("kind", "bw")
+
+
+def case_size(name):
+    return int(meta.get(name, {}).get("size", "0"))
+
+
+def case_op(name):
+    return meta.get(name, {}).get("op", "")
+
+
+def rxe_ceiling(name, floors):
+    """What rxe allows for a case, in the case's unit, by a model measured in the same
+    boot with the ULP at its cheapest: one message costs the time of a 1-byte message of its
+    op (posted in batches of 8, 64 deep) plus its bytes at the rate of 1 MiB messages of its
+    op (UD: of RC SEND). None where no floor applies. Since the ULP measures the floors,
+    this bounds what either side can get out of rxe only as far as the ULP's own work per
+    message is negligible there; a side may exceed it slightly."""
+    op, kind, size = case_op(name), case_kind(name), case_size(name)
+    base = {"rc_send": "rc_send_1B", "rc_write": "rc_write_1B", "rc_read": "rc_read_1B",
+            "ud_send": "ud_send_1B"}.get(op)
+    per_byte = {"rc_send": "rc_send_1M", "rc_write": "rc_write_1M", "rc_read": "rc_read_1M",
+                "ud_send": "rc_send_1M"}.get(op)
+    if kind not in ("rate", "bw") or base not in floors or per_byte not in floors:
+        return None
+    per_msg = 1.0 / floors[base] + size / (floors[per_byte] * 1e6)
+    rate = 1.0 / per_msg
+    return rate if kind == "rate" else rate * size / 1e6
+
+
+def fmt(x):
+    if x is None:
+        return "-"
+    if x >= 1000:
+        return f"{x:,.0f}"
+    if x >= 10:
+        return f"{x:.1f}"
+    return f"{x:.2f}"
+
+
+def rng(s):
+    return f"{fmt(s[0])} ({fmt(s[1])}-{fmt(s[2])})" if s else "-"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--title", default="make bench")
+    ap.add_argument("--expect-guests", type=int, default=1)
+    ap.add_argument("logs", nargs="+")
+    a = ap.parse_args()
+    runs, order, other, failures, ended = parse(a.logs)
+    add_other_guest_cpu(runs)
+    floors = {}
+    for what, rest, kv in other:
+        if what == "floor":
+            val = kv.get("msgs_per_s") or kv.get("MB_per_s")
+            floors[kv["what"]] = float(val)
+
+    rows = []
+    for name in order:
+        kind = case_kind(name)
+        peer, ulp = stats(runs[name]["peer"]), stats(runs[name]["ulp"])
+        ratio = ulp[0] / peer[0] if peer and ulp and peer[0] else None
+        pcpu, ucpu = stats(runs[name]["peer"], "cpu_us"), stats(runs[name]["ulp"], "cpu_us")
+        p99p, p99u = stats(runs[name]["peer"], "p99"), stats(runs[name]["ulp"], "p99")
+        ceiling = rxe_ceiling(name, floors)
+        bound = "-"
+        if ceiling and peer and ulp:
+            share = max(peer[0], ulp[0]) / ceiling
+            bound = f"rxe ({share:.0%})" if share >= BOUND_SHARE else f"no ({share:.0%})"
+        rows.append({
+            "case": name, "kind": kind, "unit": KIND_UNIT[kind],
+            "size": case_size(name), "peer": PEER_TOOL.get(case_op(name), "?"),
+            "peer_s": peer, "ulp_s": ulp, "ratio": ratio,
+            "peer_cpu": pcpu[0] if pcpu else None, "ulp_cpu": ucpu[0] if ucpu else None,
+            "peer_p99": p99p[0] if p99p else None, "ulp_p99": p99u[0] if p99u else None,
+            "ceiling": ceiling, "bound": bound, "rounds": len(runs[name]["ulp"]),
+        })
+
+    os.makedirs(a.out, exist_ok=True)
+    head = ["case", "unit", "peer", "peer figure (median, min-max)",
+            "ULP figure (median, min-max)", "ratio ULP/peer", "CPU us/msg peer",
+            "CPU us/msg ULP", "rxe bound"]
+    table = [head]
+    for r in sorted(rows, key=lambda r: r["case"].startswith("cross_")):
+        peer_fig, ulp_fig = rng(r["peer_s"]), rng(r["ulp_s"])
+        if r["kind"] == "lat":
+            peer_fig += f" p99 {fmt(r['peer_p99'])}"
+            ulp_fig += f" p99 {fmt(r['ulp_p99'])}"
+        table.append([r["case"], r["unit"], r["peer"], peer_fig, ulp_fig,
+                      f"{r['ratio']:.2f}" if r["ratio"] else "-",
+                      fmt(r["peer_cpu"]), fmt(r["ulp_cpu"]), r["bound"]])
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    lines = [a.title, "", "One guest, QP pairs on rxe0 (loopback):"]
+    for i, row in enumerate(table):
+        if i > 0 and row[0].startswith("cross_") and not table[i - 1][0].startswith("cross_"):
+            lines += ["", "Two guests, one RoCE host each (a serves, b sends):",
+                      lines[3], lines[4]]
+        lines.append(" | ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        if i == 0:
+            lines.append("-+-".join("-" * w for w in widths))
+    if floors:
+        lines.append("")
+        lines.append("rxe's cost, measured with the ULP at its cheapest (1-byte messages in "
+                     "batches of 8, 64 deep; 1 MiB messages for the cost per byte): " +
+                     ", ".join(f"{k} {fmt(v)}{' MB/s' if k.endswith('1M') else ' msgs/s'}"
+                               for k, v in floors.items()))
+    for what, rest, kv in other:
+        if what in ("alloc", "check", "start", "resources", "note"):
+            lines.append(f"{what}: {rest}")
+    for f in failures:
+        lines.append(f"FAILED: {f}")
+    if ended < a.expect_guests:
+        failures.append(f"{a.expect_guests - ended} guest(s) did not finish the bench")
+        lines.append(f"FAILED: {failures[-1]}")
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(a.out, "bench.txt"), "w") as f:
+        f.write(text)
+    sys.stdout.write(text)
+
+    with open(os.path.join(a.out, "bench.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["case", "kind", "unit", "size", "peer", "rounds",
+                    "peer_median", "peer_min", "peer_max", "ulp_median", "ulp_min", "ulp_max",
+                    "ratio_ulp_peer", "peer_cpu_us_per_msg", "ulp_cpu_us_per_msg",
+                    "peer_p99", "ulp_p99", "rxe_ceiling", "rxe_bound"])
+        for r in rows:
+            p, u = r["peer_s"] or (None,) * 3, r["ulp_s"] or (None,) * 3
+            w.writerow([r["case"], r["kind"], r["unit"], r["size"], r["peer"], r["rounds"],
+                        *p, *u, r["ratio"], r["peer_cpu"], r["ulp_cpu"],
+                        r["peer_p99"] if r["kind"] == "lat" else "",
+                        r["ulp_p99"] if r["kind"] == "lat" else "",
+                        r["ceiling"] or "", r["bound"]])
+    chart(rows, a.out, a.title)
+    print(f"table: {os.path.join(a.out, 'bench.txt')}\ncsv: {os.path.join(a.out, 'bench.csv')}")
+    if os.path.exists(os.path.join(a.out, "bench.png")):
+        print(f"chart: {os.path.join(a.out, 'bench.png')}")
+    return 1 if failures else 0
+
+
+def chart(rows, out, title):
+    """Throughput against message size for SEND and WRITE, ULP and perftest (gnuplot)."""
+    series = {}
+    for r in rows:
+        if r["kind"] not in ("bw", "rate") or case_op(r["case"]) not in ("rc_send", "rc_write"):
+            continue
+        op = case_op(r["case"])[3:]
+        # A message rate (64 B SEND) is drawn as MB/s like the rest.
+        scale = r["size"] / 1e6 if r["kind"] == "rate" else 1.0
+        for side, tool in (("ulp_s", "ULP"), ("peer_s", "perftest")):
+            if r[side]:
+                series.setdefault(f"{tool} {op.upper()}", []).append(
+                    (r["size"], r[side][0] * scale))
+    if not series:
+        return
+    dat = os.path.join(out, "bench-sweep.dat")
+    with open(dat, "w") as f:
+        for name, pts in series.items():
+            f.write(f'"{name}"\n')
+            for size, v in sorted(pts):
+                f.write(f"{size} {v}\n")
+            f.write("\n\n")
+    styles = {"ULP SEND": "lc rgb '#1f77b4' dt 1", "perftest SEND": "lc rgb '#1f77b4' dt 2",
+              "ULP WRITE": "lc rgb '#d62728' dt 1", "perftest WRITE": "lc rgb '#d62728' dt 2"}
+    plots = ", ".join(
+        f"'{dat}' index {i} using 1:2 with linespoints lw 2 pt 7 {styles.get(n, '')} title '{n}'"
+        for i, n in enumerate(series))
+    script = f"""
+set terminal pngcairo size 900,560 font 'sans,10'
+set output '{os.path.join(out, "bench.png")}'
+set title '{title}: throughput against message size (rxe0 loopback, release kernel)'
+set logscale x 2
+set logscale y 10
+set xlabel 'message size (bytes)'
+set ylabel 'MB/s (10^6 bytes/s)'
+set xtics ('64' 64, '256' 256, '1K' 1024, '4K' 4096, '16K' 16384, '64K' 65536, '256K' 262144, '1M' 1048576)
+set grid
+set key left top
+plot {plots}
+"""
+    try:
+        subprocess.run(["gnuplot"], input=script, text=True, check=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as e:
+        print(f"chart not drawn: {e}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
