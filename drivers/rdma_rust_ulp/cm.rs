@@ -32,7 +32,7 @@
 use crate::ctl::{Role, Spec};
 use crate::run::{check_ud_size, Attached, Res, Run};
 use crate::stats::Stats;
-use crate::util::{remove_at, wait_until};
+use crate::util::{remove_at, wait_until, Pace};
 use kernel::new_mutex;
 use kernel::prelude::*;
 use kernel::rdma::{
@@ -124,7 +124,7 @@ impl Waiter {
     /// Waits up to `ms` for step `want` (or a failure).
     fn wait(&self, want: Step, ms: u32) -> Result {
         let mut outcome = Err(ETIMEDOUT);
-        let _ = wait_until(None, Some(&self.signal), ms, || {
+        let _ = wait_until(None, Some(&self.signal), ms, Pace::Sleep, || {
             match self.shared.lock().step {
                 s if s == want => outcome = Ok(()),
                 Step::Failed(e) => outcome = Err(e),

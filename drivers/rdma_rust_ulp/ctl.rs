@@ -30,12 +30,20 @@
 //! server receives what is sent to the multicast group, the client sends to it; both join
 //! it from their local `addr=`).
 //!
+//! Keys for the fault suite: `fault=bad_rkey` (RC WRITE/READ with an rkey the target does
+//! not have), `fault=bad_qkey|bad_qpn` (UD datagrams with the wrong Q_Key, or to a QP number
+//! nobody has), `cq=N` (the run's CQ gets N entries: too few for the run's queues, and it is
+//! refused when its QPs are created). `fail id=N` / `fail all` forces the QPs of runs into the
+//! error state.
+//!
 //! Keys that shape the data path: `batch=N` (1..=8; N messages per post, chained, only the
 //! last signaled; must divide `depth`), `inline=0|1` (RC SEND: the driver copies the message
 //! at post time; the size must fit the QP's inline limit), `pingpong=0|1` (an RC loopback
 //! run that sends one message at a time and waits for the answer: the other QP sends it
 //! back as soon as it arrives; `op=send` bounces SENDs, `op=write` RDMA WRITEs with immediate
-//! data; the latency columns are round trips).
+//! data; the latency columns are round trips), `spin=0|1` (with `poll=direct`: the writer
+//! busy-polls the CQ, yielding only to tasks waiting for its CPU, instead of sleeping 1 ms
+//! whenever it finds nothing; the lowest latency, at the price of a CPU).
 //!
 //! A `loopback` run (the default) connects two QPs of the device. A run between two hosts is
 //! a `server` on one (it receives; its endpoint is listed in `stats`) and a `client` on the
@@ -56,6 +64,8 @@ use kernel::rdma::{
     qp::{Endpoint, QpType},
 };
 use kernel::sync::Arc;
+
+use crate::util::Pace;
 
 mod addr;
 
@@ -141,6 +151,8 @@ pub(crate) const MAX_COUNT: u64 = 1 << 32;
 pub(crate) const MAX_DEPTH: u32 = 1024;
 /// Most messages one post chains (`batch=`): the operations one work request carries.
 pub(crate) const MAX_BATCH: u32 = kernel::rdma::wr::MAX_OPS as u32;
+/// The most CQ entries `cq=` asks for.
+pub(crate) const MAX_CQ: u32 = 65536;
 /// Longest device name.
 const DEV_MAX: usize = 63;
 
@@ -175,9 +187,24 @@ pub(crate) struct Spec {
     pub(crate) inline: bool,
     /// One message at a time, answered by the other QP (round-trip latency).
     pub(crate) pingpong: bool,
+    /// `poll=direct`: the writer busy-polls the CQ instead of sleeping between polls.
+    pub(crate) spin: bool,
+    /// The fault the run injects.
+    pub(crate) fault: Fault,
+    /// The CQ's entries, when given (`cq=N`): the run is refused if they are too few.
+    pub(crate) cq: Option<u32>,
 }
 
 impl Spec {
+    /// How the writer of a `poll=direct` run waits for it.
+    pub(crate) fn pace(&self) -> Pace {
+        if self.spin {
+            Pace::Spin
+        } else {
+            Pace::Sleep
+        }
+    }
+
     /// The device name as given.
     pub(crate) fn dev(&self) -> &[u8] {
         &self.dev[..self.dev_len]
@@ -186,6 +213,7 @@ impl Spec {
     /// The run's CQ of at least `entries` entries on `dev`: its own, or a share of the
     /// device's pool (`pool=1`).
     pub(crate) fn new_cq(&self, dev: &Device, entries: u32) -> Result<Arc<Cq>> {
+        let entries = self.cq.unwrap_or(entries);
         if self.pool {
             Cq::from_pool(dev, entries, None, self.poll)
         } else {
@@ -209,6 +237,21 @@ pub(crate) enum Command {
     Clear,
     Connect(u32, Endpoint),
     Go(u32, Option<PeerTarget>),
+    /// Forces the QPs of runs into the error state (the fault suite's "QP error mid-run").
+    Fail(Target),
+}
+
+/// A fault a run injects (`fault=`), for the fault suite: what a peer with a stale rkey, or
+/// a datagram to the wrong QP or with the wrong Q_Key, does to a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fault {
+    None,
+    /// RC WRITE/READ: every request carries an rkey the target does not have.
+    BadRkey,
+    /// UD: every datagram carries a Q_Key the receiver does not have.
+    BadQkey,
+    /// UD: every datagram goes to a QP number nobody has.
+    BadQpn,
 }
 
 /// Defaults of a run (the module parameters, checked at load).
@@ -295,17 +338,28 @@ fn parse_target(words: &mut dyn Iterator<Item = &[u8]>, cmd: &str) -> Result<Tar
     Ok(t)
 }
 
+/// The words of a command: what whitespace separates.
+fn words(input: &[u8]) -> impl Iterator<Item = &[u8]> + Clone {
+    input
+        .split(|c| c.is_ascii_whitespace())
+        .filter(|w| !w.is_empty())
+}
+
+/// The key of a `key=value` word (the whole word if it has no `=`).
+fn key_of(w: &[u8]) -> &[u8] {
+    w.split(|&c| c == b'=').next().unwrap_or(w)
+}
+
 /// Parses one command.
 pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
-    let mut words = input
-        .split(|c| c.is_ascii_whitespace())
-        .filter(|w| !w.is_empty());
+    let mut words = words(input);
     let cmd = words
         .next()
         .ok_or_else(|| bad(format_args!("empty command")))?;
     match cmd {
         b"stop" => return Ok(Command::Stop(parse_target(&mut words, "stop")?)),
         b"wait" => return Ok(Command::Wait(parse_target(&mut words, "wait")?)),
+        b"fail" => return Ok(Command::Fail(parse_target(&mut words, "fail")?)),
         b"clear" => {
             if let Some(w) = words.next() {
                 return Err(bad(format_args!("clear: unexpected '{}'", Show(w))));
@@ -316,7 +370,7 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
         b"start" => {}
         _ => {
             return Err(bad(format_args!(
-                "unknown command '{}' (start, stop, wait, clear, connect, go)",
+                "unknown command '{}' (start, stop, wait, clear, connect, go, fail)",
                 Show(cmd)
             )))
         }
@@ -345,15 +399,23 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
         batch: 1,
         inline: false,
         pingpong: false,
+        spin: false,
+        fault: Fault::None,
+        cq: None,
     };
     let (mut op_given, mut size_given, mut role_given, mut addr_given) =
         (false, false, false, false);
     let mut depth_given = false;
-    for w in words {
+    let keys = words.clone();
+    for (i, w) in words.enumerate() {
         let Some(eq) = w.iter().position(|&c| c == b'=') else {
             return Err(bad(format_args!("start: '{}' is not key=value", Show(w))));
         };
         let (k, v) = (&w[..eq], &w[eq + 1..]);
+        // A command is at most a page: comparing with the keys before is cheap enough.
+        if keys.clone().take(i).any(|p| key_of(p) == k) {
+            return Err(bad(format_args!("start: {}= is given twice", Show(k))));
+        }
         let num = |lo: u64, hi: u64| {
             parse_num(v)
                 .filter(|n| (lo..=hi).contains(n))
@@ -406,6 +468,22 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
             b"batch" => s.batch = num(1, u64::from(MAX_BATCH))? as u32,
             b"inline" => s.inline = flag()?,
             b"pingpong" => s.pingpong = flag()?,
+            b"spin" => s.spin = flag()?,
+            b"fault" => {
+                s.fault = match v {
+                    b"none" => Fault::None,
+                    b"bad_rkey" => Fault::BadRkey,
+                    b"bad_qkey" => Fault::BadQkey,
+                    b"bad_qpn" => Fault::BadQpn,
+                    _ => {
+                        return Err(bad(format_args!(
+                            "start: fault={} (none, bad_rkey, bad_qkey or bad_qpn)",
+                            Show(v)
+                        )))
+                    }
+                }
+            }
+            b"cq" => s.cq = Some(num(1, u64::from(MAX_CQ))? as u32),
             b"dev" => {
                 if v.is_empty() || v.len() > DEV_MAX {
                     return Err(bad(format_args!("start: bad device name '{}'", Show(v))));
@@ -485,6 +563,12 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
             "start: pool=1 needs poll=softirq or workqueue (the core polls pool CQs)"
         )));
     }
+    check_fault(&s)?;
+    if s.spin && s.poll != PollContext::Direct {
+        return Err(bad(format_args!(
+            "start: spin=1 needs poll=direct (the writer busy-polls the run's CQ)"
+        )));
+    }
     if s.mcast.is_some() && !(s.cm && s.mode == QpType::Ud) {
         return Err(bad(format_args!(
             "start: mcast= is for cm= runs with mode=ud"
@@ -554,6 +638,33 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
         )));
     }
     Ok(Command::Start(s))
+}
+
+impl Fault {
+    /// How a run's start line shows it: nothing for no fault.
+    pub(crate) fn shown(self) -> &'static str {
+        match self {
+            Fault::None => "",
+            Fault::BadRkey => " fault=bad_rkey",
+            Fault::BadQkey => " fault=bad_qkey",
+            Fault::BadQpn => " fault=bad_qpn",
+        }
+    }
+}
+
+/// The checks of a `fault=` run: each fault is for the loopback runs whose traffic it breaks.
+fn check_fault(s: &Spec) -> Result {
+    let fits = match s.fault {
+        Fault::None => return Ok(()),
+        Fault::BadRkey => s.mode == QpType::Rc && matches!(s.op, Op::Write | Op::Read),
+        Fault::BadQkey | Fault::BadQpn => s.mode == QpType::Ud,
+    };
+    if !fits || s.cm || s.role != Role::Loopback || s.pingpong {
+        return Err(bad(format_args!(
+            "start: fault=bad_rkey is for mode=rc op=write|read, fault=bad_qkey|bad_qpn for mode=ud; loopback runs only"
+        )));
+    }
+    Ok(())
 }
 
 /// The checks of a `pingpong=1` run.

@@ -8,10 +8,11 @@ use crate::ctl::{self, Command, Defaults, Role, Show, ShowEndpoint, Spec, Target
 use crate::run::Run;
 use crate::stats;
 use crate::util::{remove_at, retain};
-use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use kernel::new_mutex;
 use kernel::prelude::*;
 use kernel::rdma::device::{Device, LinkLayer, Name, PortState, NAME_MAX};
+use kernel::rdma::event::{Event, EventHandler, EventRegistration};
 use kernel::sync::{Arc, Mutex};
 use kernel::types::ARef;
 
@@ -34,6 +35,30 @@ pub(crate) struct UlpDev {
     name: Name<NAME_MAX>,
     #[pin]
     runs: Mutex<DevRuns>,
+    /// The device's event registration, until `remove`.
+    #[pin]
+    events: Mutex<Option<EventRegistration<PortWatch>>>,
+}
+
+/// Logs the port events of a device and counts them (`port_events` in its `device` line).
+/// Runs are not stopped by a port going down: their requests fail or wait for the port to
+/// come back, as the transport decides, and the runs end by themselves or with `stop`.
+struct PortWatch {
+    events: AtomicU64,
+}
+
+impl EventHandler for PortWatch {
+    fn event(&self, device: &Device, event: Event) {
+        let (port, what) = match event {
+            Event::PortActive(p) => (p, "ACTIVE"),
+            Event::PortErr(p) => (p, "DOWN"),
+            Event::GidChange(p) => (p, "GID table changed"),
+            Event::DeviceFatal => (0, "device fatal error"),
+            _ => return,
+        };
+        self.events.fetch_add(1, Ordering::Relaxed);
+        pr_info!("{}: port {port}: {what}\n", device.name());
+    }
 }
 
 /// Module-wide state.
@@ -123,11 +148,18 @@ pub(crate) fn add_device(dev: &Device) -> Result<Arc<UlpDev>> {
             }
         }
     }
+    let watch = EventRegistration::new(
+        dev,
+        PortWatch {
+            events: AtomicU64::new(0),
+        },
+    )?;
     let ud = Arc::pin_init(
         pin_init!(UlpDev {
             dev: dev.into(),
             name,
             runs <- new_mutex!(DevRuns { removing: false, runs: KVec::new() }, "rdma_rust_ulp_runs"),
+            events <- new_mutex!(Some(watch), "rdma_rust_ulp_events"),
         }),
         GFP_KERNEL,
     )?;
@@ -156,6 +188,8 @@ pub(crate) fn remove_device(ud: Arc<UlpDev>) {
             *place = None;
         }
     }
+    // Unregistered before the device goes (the registration holds a reference on it).
+    drop(ud.events.lock().take());
     let runs = {
         let mut r = ud.runs.lock();
         r.removing = true;
@@ -289,7 +323,7 @@ impl Ulp {
         };
         match name {
             Some(dev) => pr_info!(
-                "run {id} started: {dev} role={} mode={} op={} size={} count={} depth={} poll={} validate={}\n",
+                "run {id} started: {dev} role={} mode={} op={} size={} count={} depth={} poll={} validate={}{}\n",
                 spec.role.name(),
                 ctl::mode_name(spec.mode),
                 spec.op.name(),
@@ -297,7 +331,8 @@ impl Ulp {
                 spec.count,
                 spec.depth,
                 ctl::poll_name(spec.poll),
-                u8::from(spec.validate)
+                u8::from(spec.validate),
+                spec.fault.shown(),
             ),
             None => pr_info!(
                 "run {id} started: cm={} addr={} mode={} op={} size={} count={} poll={} validate={}\n",
@@ -345,6 +380,12 @@ impl Ulp {
             }
             Command::Connect(id, peer) => self.one(id)?.connect(&peer),
             Command::Go(id, remote) => self.one(id)?.release(remote),
+            Command::Fail(t) => {
+                for r in self.runs_of(t)? {
+                    r.fail()?;
+                }
+                Ok(())
+            }
             Command::Clear => {
                 for d in self.devices.lock().iter().flatten() {
                     retain(&mut d.runs.lock().runs, |r| r.active());
@@ -437,9 +478,14 @@ pub(crate) fn stats_text(u: &Ulp, t: &mut Text) -> core::fmt::Result {
         let sum = |f: fn(&stats::Stats) -> &core::sync::atomic::AtomicU64| -> u64 {
             runs.runs.iter().map(|r| S::get(f(&r.stats))).sum()
         };
+        let port_events = d
+            .events
+            .lock()
+            .as_ref()
+            .map_or(0, |r| r.data().events.load(Ordering::Relaxed));
         writeln!(
             t,
-            "device {} runs={} messages={} bytes={} received={} errors={} lost={} dup={} corrupt={} wc_ok={} wc_flush={} wc_err={}",
+            "device {} runs={} messages={} bytes={} received={} errors={} lost={} dup={} corrupt={} wc_ok={} wc_flush={} wc_err={} port_events={}",
             d.name,
             runs.runs.len(),
             sum(|s| &s.messages),
@@ -452,6 +498,7 @@ pub(crate) fn stats_text(u: &Ulp, t: &mut Text) -> core::fmt::Result {
             sum(|s| &s.wc_success),
             sum(|s| &s.wc_flush),
             sum(|s| &s.wc_error),
+            port_events,
         )?;
     }
     // Server and client runs: this host's QP, for the peer's `peer=`, and an RDMA server's

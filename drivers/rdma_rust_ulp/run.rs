@@ -22,9 +22,9 @@
 //! [`build`] sets a run up on a device, with its RDMA [`target`]; [`traffic`] is its data
 //! path.
 
-use crate::ctl::{PeerTarget, Role, Spec};
+use crate::ctl::{Fault, PeerTarget, Role, Spec};
 use crate::stats::Stats;
-use crate::util::wait_until;
+use crate::util::{wait_until, Pace};
 use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use kernel::prelude::*;
 use kernel::rdma::{
@@ -202,7 +202,7 @@ pub(crate) fn register(qp: &Qp<Rts>, cq: &Cq, mr: Mr) -> Result<Mr> {
         Ok(())
     })?;
     // The QP is connected and the request local: it completes (or flushes) promptly.
-    let came_back = wait_until(Some(cq), Some(&back.done), REG_MS, || {
+    let came_back = wait_until(Some(cq), Some(&back.done), REG_MS, Pace::Sleep, || {
         back.slot.lock().is_some()
     });
     if came_back.is_err() {
@@ -302,6 +302,13 @@ impl Run {
             (Some(q), _, _) => (q.qpn(), QKEY),
             (None, Some(p), _) => (p.qpn, QKEY),
             (None, None, _) => (0, QKEY),
+        };
+        // A QP number nobody has (rxe numbers its QPs upwards from 0x11), or a Q_Key the
+        // receiver does not have (its high bit clear: a set one asks for the sender's own).
+        let (peer_qpn, qkey) = match spec.fault {
+            Fault::BadQpn => (0xff_fff0, qkey),
+            Fault::BadQkey => (peer_qpn, qkey ^ 1),
+            _ => (peer_qpn, qkey),
         };
         let batch = spec.batch as usize;
         let tx = |qp: &Arc<Qp<Rts>>, slot: usize, side: Option<Side>| -> Result<Wr<Tx>> {
@@ -492,9 +499,13 @@ impl Run {
     /// meanwhile. Process context.
     pub(crate) fn wait_ended(&self, ms: u32) -> Result {
         let cq = self.res.lock().as_ref().map(|r| r.cq.clone());
-        wait_until(cq.as_deref(), Some(&self.ended), ms, || {
-            self.sender_done() || !self.active()
-        })
+        wait_until(
+            cq.as_deref(),
+            Some(&self.ended),
+            ms,
+            self.spec.pace(),
+            || self.sender_done() || !self.active(),
+        )
     }
 
     /// Ends the run and frees what it holds (process context): stops posting, waits briefly
@@ -513,7 +524,7 @@ impl Run {
             } else {
                 200
             };
-            let _ = wait_until(Some(&res.cq), None, limit, || {
+            let _ = wait_until(Some(&res.cq), None, limit, self.spec.pace(), || {
                 Stats::get(&self.stats.received) >= Stats::get(&self.stats.messages)
             });
         }
@@ -619,6 +630,27 @@ impl Run {
             self.end_ns.store(now_ns(), Ordering::Relaxed);
             self.ended.complete_all();
         }
+    }
+
+    /// Forces the run's QPs into the error state (`fail`): what they hold comes back
+    /// flushed, and the run ends, with the error counted. Process context.
+    pub(crate) fn fail(&self) -> Result {
+        let qps = match self.res.lock().as_ref() {
+            Some(res) => [res.tx_qp.clone(), res.rx_qp.clone()],
+            None => [None, None],
+        };
+        if qps.iter().all(Option::is_none) {
+            pr_err!(
+                "fail: run {} has no QP of its own (it has ended, or is an rdma_cm run)\n",
+                self.id
+            );
+            return Err(EINVAL);
+        }
+        self.error(format_args!("QPs forced into the error state"));
+        for qp in qps.iter().flatten() {
+            qp.set_error()?;
+        }
+        Ok(())
     }
 
     pub(crate) fn error(&self, what: core::fmt::Arguments<'_>) {

@@ -247,6 +247,11 @@ bool rust_helper_rdma_in_worker(void)
 	return current->flags & PF_WQ_WORKER;
 }
 
+int rust_helper_rdma_cond_resched(void)
+{
+	return cond_resched();
+}
+
 /* The module whose text holds @addr; NULL for built-in code. */
 struct module *rust_helper_rdma_module_of(unsigned long addr)
 {

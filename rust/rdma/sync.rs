@@ -249,6 +249,16 @@ pub fn msleep(ms: u32) {
     unsafe { bindings::msleep(ms) };
 }
 
+/// Gives the CPU to another task if one is waiting for it (`cond_resched`): what a busy-polling
+/// loop in process context calls on every turn, so that it never starves the CPU it spins on
+/// (and the kernel never reports a soft lockup). Returns whether it rescheduled. Process context
+/// only.
+pub fn cond_resched() -> bool {
+    might_sleep();
+    // SAFETY: Process context (checked by `might_sleep` with `CONFIG_DEBUG_ATOMIC_SLEEP`).
+    unsafe { bindings::rdma_cond_resched() != 0 }
+}
+
 /// Whether the running task is a workqueue worker (`PF_WQ_WORKER`).
 pub(crate) fn in_worker() -> bool {
     // SAFETY: `rdma_in_worker` only reads the current task's flags.

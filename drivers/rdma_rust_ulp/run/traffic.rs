@@ -8,7 +8,7 @@
 //! requests on each QP and pairs them with the messages to answer as they arrive ([`PpSlot`]).
 
 use super::{now_ns, target::Target, Run};
-use crate::ctl::{Op, Role, HEADER};
+use crate::ctl::{Fault, Op, Role, HEADER};
 use crate::stats::Stats;
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
@@ -174,10 +174,17 @@ fn add_message<'a>(
 ) -> Result {
     let spec = &run.spec;
     let size = spec.size;
-    let remote = || match (dest.target, dest.remote) {
-        (Some(t), _) => t.remote(slot),
-        (None, Some(r)) => Ok(r.offset((slot * size) as u64)),
-        (None, None) => Err(EINVAL),
+    let remote = || {
+        let mut r = match (dest.target, dest.remote) {
+            (Some(t), _) => t.remote(slot)?,
+            (None, Some(r)) => r.offset((slot * size) as u64),
+            (None, None) => return Err(EINVAL),
+        };
+        if spec.fault == Fault::BadRkey {
+            // The key byte of the rkey: the MR's index stays, its key no longer matches.
+            r.rkey ^= 0xff;
+        }
+        Ok(r)
     };
     match (spec.mode, spec.op) {
         (QpType::Ud, Op::SendImm) => {

@@ -60,7 +60,11 @@ bad_ctl() {
 		"start dev=rxe0 op=write inline=1" "start dev=rxe0 mode=ud inline=1" \
 		"start dev=rxe0 size=4096 inline=1" "start dev=rxe0 pingpong=1 mode=ud" \
 		"start dev=rxe0 pingpong=1 op=read" "start dev=rxe0 pingpong=1 depth=4" \
-		"start dev=rxe0 pingpong=2" "start cm=client addr=10.77.0.1 port=7299 batch=2" \
+		"start dev=rxe0 pingpong=2" "start dev=rxe0 spin=1" "start dev=rxe0 poll=direct spin=2" \
+		"start dev=rxe0 dev=rxe0" "start dev=rxe0 count=5 count=5" "start dev=rxe0 fault=bad_rkey" \
+		"start dev=rxe0 mode=ud fault=bad_rkey" "start dev=rxe0 fault=bad_qpn" "start dev=rxe0 fault=x" \
+		"start dev=rxe0 cq=0" "start dev=rxe0 cq=99999999" "fail" "fail id=999" \
+		"start cm=client addr=10.77.0.1 port=7299 batch=2" \
 		"start dev=rxe0 op=write size=2m" "start dev=rxe0 op=write size=1m depth=128" \
 		"start dev=rxe0 role=client op=write peer=1:00000000000000000000ffff0a4d0001:1 validate=0" \
 		"start dev=rxe0 role=client op=write peer=1:00000000000000000000ffff0a4d0001:1 hold=1" \
@@ -227,6 +231,7 @@ ulp_traffic() {
 	check rc_read_1MiB_messages ulp_run 12 0 mode=rc op=read size=1m depth=4 dev=rxe1
 	check pingpong_send ulp_pingpong 200 op=send size=64 inline=1 dev=rxe0
 	check pingpong_write ulp_pingpong 200 op=write size=4096 poll=workqueue dev=rxe1
+	check pingpong_spin ulp_pingpong 200 op=send size=64 poll=direct spin=1 dev=rxe0
 	# The pool's CQs stay until their device goes: rxe1, whose deletion below frees them.
 	check rc_send_cq_pool ulp_run 300 1 mode=rc op=send size=4096 pool=1 dev=rxe1
 	check ud_send_cq_pool ulp_ud_run 300 mode=ud op=send size=1024 pool=1 poll=workqueue dev=rxe1
