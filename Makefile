@@ -13,7 +13,7 @@ else
 
 KUNIT := tools/testing/kunit
 
-.PHONY: all setup build check test run bench clean help
+.PHONY: all setup build check test run bench stress clean help
 
 all: build
 
@@ -24,6 +24,7 @@ help:
 	@echo "make build  build the kernel and the modules only"
 	@echo "make check  rustfmt, clippy, and no bindings:: outside rust/rdma"
 	@echo "make bench  the ULP against perftest and rping on the release kernel (BENCH_QUICK=1: one short round)"
+	@echo "make stress the fault suite on the debug kernel, then on the release kernel (STRESS_CYCLES=N: cycles of each fault)"
 
 setup:
 	$(KUNIT)/setup.sh
@@ -42,6 +43,11 @@ run:
 
 bench:
 	FLAVOR=release $(KUNIT)/run.sh bench
+
+# Both kernels, whatever the first one found; fails if either did.
+stress:
+	rc=0; FLAVOR=debug $(KUNIT)/run.sh stress || rc=1; \
+	FLAVOR=release $(KUNIT)/run.sh stress || rc=1; exit $$rc
 
 clean:
 	@echo "build outputs live in $${RDMA_RUST_CACHE:-$$HOME/.cache/rdma-rust}; remove it to start cold"

@@ -7,7 +7,7 @@ Usage: bench_report.py --out DIR [--title TEXT] LOG...
 Each timed run is a line `rdmabench: run case=C side=peer|ulp round=R value=V p99=P msgs=M
 cpu_us=U` (see guest-bench.sh). For every case the report gives the median and the range of
 each side over the rounds, the ratio ULP/peer of the medians, the CPU time per message of each
-side, and whether rxe bounds the case (see `bound`). It writes DIR/bench.csv and, from the size
+side, and whether rxe bounds the case (see `rxe_ceiling`). It writes DIR/bench.csv and, from the size
 sweep, DIR/bench.png (throughput against message size, ULP and perftest on one chart). Exits
 non-zero when a run failed, a validated run failed, or the guest did not finish.
 """
@@ -115,22 +115,28 @@ def case_op(name):
 
 
 def rxe_ceiling(name, floors):
-    """What rxe allows for a case, in the case's unit, by a model measured in the same
-    boot with the ULP at its cheapest: one message costs the time of a 1-byte message of its
-    op (posted in batches of 8, 64 deep) plus its bytes at the rate of 1 MiB messages of its
-    op (UD: of RC SEND). None where no floor applies. Since the ULP measures the floors,
-    this bounds what either side can get out of rxe only as far as the ULP's own work per
-    message is negligible there; a side may exceed it slightly."""
+    """What rxe allows for a case, in the case's unit: the lower of its message rate for
+    the op (1-byte messages, where bytes cost nothing) and its byte rate for the op (1 MiB
+    messages, where the per-message work is negligible; UD: RC SEND's) at the case's size.
+    Each floor is the better of the two sides' figures, both measured in the same boot. rxe's
+    requester, responder and completer run as separate tasks on the guest's CPUs, so a
+    stream of messages is held to the slower of the two limits, not to their sum. The
+    message rate includes the cheapest side's own work per message: at small sizes the bound
+    is "rxe plus the least a consumer can do", which is what either side can reach. None
+    where no floor applies."""
     op, kind, size = case_op(name), case_kind(name), case_size(name)
-    base = {"rc_send": "rc_send_1B", "rc_write": "rc_write_1B", "rc_read": "rc_read_1B",
-            "ud_send": "ud_send_1B"}.get(op)
+    msg = {"rc_send": "rc_send_1B", "rc_write": "rc_write_1B", "rc_read": "rc_read_1B",
+           "ud_send": "ud_send_1B"}.get(op)
     per_byte = {"rc_send": "rc_send_1M", "rc_write": "rc_write_1M", "rc_read": "rc_read_1M",
                 "ud_send": "rc_send_1M"}.get(op)
-    if kind not in ("rate", "bw") or base not in floors or per_byte not in floors:
+    if kind not in ("rate", "bw") or msg not in floors or per_byte not in floors or not size:
         return None
-    per_msg = 1.0 / floors[base] + size / (floors[per_byte] * 1e6)
-    rate = 1.0 / per_msg
+    rate = min(best(floors[msg]), best(floors[per_byte]) * 1e6 / size)
     return rate if kind == "rate" else rate * size / 1e6
+
+
+def best(by_tool):
+    return max(by_tool.values())
 
 
 def fmt(x):
@@ -160,7 +166,7 @@ def main():
     for what, rest, kv in other:
         if what == "floor":
             val = kv.get("msgs_per_s") or kv.get("MB_per_s")
-            floors[kv["what"]] = float(val)
+            floors.setdefault(kv["what"], {})[kv.get("tool", "ulp")] = float(val)
 
     rows = []
     for name in order:
@@ -207,10 +213,13 @@ def main():
             lines.append("-+-".join("-" * w for w in widths))
     if floors:
         lines.append("")
-        lines.append("rxe's cost, measured with the ULP at its cheapest (1-byte messages in "
-                     "batches of 8, 64 deep; 1 MiB messages for the cost per byte): " +
-                     ", ".join(f"{k} {fmt(v)}{' MB/s' if k.endswith('1M') else ' msgs/s'}"
-                               for k, v in floors.items()))
+        lines.append("What rxe allows (same boot; a case is bounded when the faster side "
+                     f"reaches {BOUND_SHARE:.0%} of the lower of its op's two limits at its size), "
+                     "message rate at 1 B and byte rate at 1 MiB, ULP / perftest:")
+        for k, by_tool in floors.items():
+            unit = " MB/s" if k.endswith("1M") else " msgs/s"
+            lines.append(f"  {k}: " + " / ".join(
+                fmt(by_tool[t]) + unit if t in by_tool else "-" for t in ("ulp", "peer")))
     for what, rest, kv in other:
         if what in ("alloc", "check", "start", "resources", "note"):
             lines.append(f"{what}: {rest}")

@@ -10,6 +10,7 @@
 #                         a is 10.88.0.1 (rping server), b 10.88.0.2 (client)
 #   rdmatest=bench        `make bench`: the ULP against perftest and rping
 #   rdmatest=bench-a|b    `make bench` between two guests
+#   rdmatest=stress       `make stress`: the fault suite with its full counts
 # Results are printed as KTAP suites on /dev/kmsg, next to the kernel's own.
 
 export PATH=/usr/bin:/bin:/sbin:/usr/sbin
@@ -152,6 +153,18 @@ rping_pair() {
 	[ $crc = 0 ] && [ $src = 0 ]
 }
 
+# setup_suite: the loopback guest's devices, as the suite rdma_setup; kmemleak
+# judges leaks from here on (what boot left behind is not ours).
+setup_suite() {
+	suite_begin rdma_setup
+	check modprobe_rdma_rxe load_rxe
+	setup_veths
+	check rxe0_on_veth0_active add_rxe rxe0 veth0
+	check rxe1_on_veth1_active add_rxe rxe1 veth1
+	suite_end
+	echo clear > /sys/kernel/debug/kmemleak 2>/dev/null
+}
+
 # kunit_suites: the kernel::rdma KUnit suites (they run when rdma_kunit loads),
 # then the module-unload check. Needs rxe0 and rxe1.
 kunit_suites() {
@@ -181,16 +194,9 @@ mode_test() {
 	cm) setup_loopback; ulp_cm; return ;;
 	kunit) setup_loopback; kunit_suites; return ;;
 	traffic) setup_loopback; ulp_traffic; return ;;
+	stress) setup_loopback; stress_suite 3 100 10000 10000; return ;;
 	esac
-	suite_begin rdma_setup
-	check modprobe_rdma_rxe load_rxe
-	setup_veths
-	check rxe0_on_veth0_active add_rxe rxe0 veth0
-	check rxe1_on_veth1_active add_rxe rxe1 veth1
-	suite_end
-
-	# Leaks are judged against this point: what boot left behind is not ours.
-	echo clear > /sys/kernel/debug/kmemleak 2>/dev/null
+	setup_suite
 
 	kunit_suites
 
@@ -228,6 +234,15 @@ mode_test() {
 	check rping_4KiB_x50 rping_pair 10.77.0.1 7175 50 4096 -V
 	suite_end
 
+	# The fault suite, a few cycles of each fault (`make stress` runs it in
+	# full): on the debug kernel a cycle takes 30-70 s.
+	stress_suite 3 100 10000 10000
+
+	leak_suite
+}
+
+# leak_suite: kmemleak finds nothing left behind since the tests began.
+leak_suite() {
 	suite_begin rdma_leaks
 	if [ -e /sys/kernel/debug/kmemleak ]; then
 		echo scan > /sys/kernel/debug/kmemleak; sleep 1
@@ -323,6 +338,7 @@ mode_run() {
 . /lib/rdmatest/ulp.sh
 . /lib/rdmatest/peers.sh
 . /lib/rdmatest/bench.sh
+. /lib/rdmatest/stress.sh
 
 case "$mode" in
 test) mode_test ;;
@@ -332,5 +348,6 @@ peer-b) mode_peer_b ;;
 bench) mode_bench ;;
 bench-a) mode_bench_cross a ;;
 bench-b) mode_bench_cross b ;;
+stress) mode_stress ;;
 *) say "rdmatest: unknown mode '$mode'"; sh ;;
 esac

@@ -59,6 +59,7 @@ mkdir -p "$root/lib/rdmatest"
 cp "$KUNIT_DIR/guest-ulp.sh" "$root/lib/rdmatest/ulp.sh"
 cp "$KUNIT_DIR/guest-peers.sh" "$root/lib/rdmatest/peers.sh"
 cp "$KUNIT_DIR/guest-bench.sh" "$root/lib/rdmatest/bench.sh"
+cp "$KUNIT_DIR/guest-stress.sh" "$root/lib/rdmatest/stress.sh"
 # RDMATEST_SCRIPT=FILE: a script of one's own for the bench guest (BENCH_CASES=script).
 [ -z "${RDMATEST_SCRIPT:-}" ] || cp "$RDMATEST_SCRIPT" "$root/lib/rdmatest/script.sh"
 

@@ -7,21 +7,25 @@
 #   run.sh run    one guest: rxe devices, the ULP attaching to them
 #   run.sh bench  (FLAVOR=release) the ULP against perftest and rping, timed;
 #                 prints the table and writes bench.csv and bench.png
+#   run.sh stress the fault suite on FLAVOR's kernel (guest-stress.sh): its
+#                 report, then "N passed, N failed" like `test`
 #
 # Environment: RDMA_RUST_CACHE (build cache), RDMA_RUST_LOGS (logs), SERIAL
 # (1: the topologies one after the other, the default below four cores),
-# VM_TIMEOUT (seconds per boot, default 1800), PEER_COUNT/PEER_SIZE (rping
+# VM_TIMEOUT (seconds per boot, default 2700; `stress`: 7200), PEER_COUNT/PEER_SIZE (rping
 # between the two guests), TOPOLOGY=loopback|peers|all (default all),
 # RDMATEST_EXTRA (more loopback-guest arguments; rdmatest.only=cm runs only the
 # rdma_cm suite there, rdmatest.only=traffic only the ULP traffic suite,
+# rdmatest.only=stress only the fault suite's short version,
 # rdmatest.only=kunit only the KUnit suites and the module unload check, for
 # quick iterations).
 . "$(dirname "$0")/lib.sh"
 
 mode=${1:-test}
-# The loopback guest alone takes ~14 min on this two-core machine (rdma_ulp_cm
-# is 6 of them: 1000-round-trip rping runs at ~0.1 s each under KASAN).
-VM_TIMEOUT=${VM_TIMEOUT:-1800}
+# The loopback guest alone takes ~25 min on this two-core machine (rdma_ulp_cm
+# is 7 of them: 1000-round-trip rping runs at ~0.1 s each under KASAN; the
+# fault suite's short version ~8).
+VM_TIMEOUT=${VM_TIMEOUT:-2700}
 TOPOLOGY=${TOPOLOGY:-all}
 PEER_COUNT=${PEER_COUNT:-100}
 PEER_SIZE=${PEER_SIZE:-4096}
@@ -72,22 +76,35 @@ free_port() {
 	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-# peers NAME_A CMDLINE_A NAME_B CMDLINE_B: two guests joined by a QEMU socket
-# backend (a listens, b connects): two RoCE hosts, rxe0 on each guest's
-# virtio-net NIC. VM_NICE applies to both.
+# peers NAME_A CMDLINE_A NAME_B CMDLINE_B: two guests joined by a QEMU network
+# backend: two RoCE hosts, rxe0 on each guest's virtio-net NIC. VM_NICE applies
+# to both. PEERS_NET=dgram (the default) joins them by UDP datagrams, one per
+# frame; PEERS_NET=socket by QEMU's TCP stream (a listens, b connects).
 peers() {
-	local port
+	local port net_a net_b
 	port=$(free_port)
-	vm "$1" "$2" -smp 1 \
-		-netdev socket,id=n0,listen=127.0.0.1:"$port" \
+	case ${PEERS_NET:-dgram} in
+	socket)
+		net_a="socket,id=n0,listen=127.0.0.1:$port"
+		net_b="socket,id=n0,connect=127.0.0.1:$port" ;;
+	dgram)
+		local port_b
+		port_b=$(free_port)
+		[ "$port_b" != "$port" ] || port_b=$(free_port)
+		net_a="dgram,id=n0,local.type=inet,local.host=127.0.0.1,local.port=$port,remote.type=inet,remote.host=127.0.0.1,remote.port=$port_b"
+		net_b="dgram,id=n0,local.type=inet,local.host=127.0.0.1,local.port=$port_b,remote.type=inet,remote.host=127.0.0.1,remote.port=$port" ;;
+	*) echo "PEERS_NET=$PEERS_NET: socket or dgram" >&2; return 1 ;;
+	esac
+	vm "$1" "$2" -smp 1 -netdev "$net_a" \
 		-device virtio-net-pci,netdev=n0,mac=52:54:00:88:00:01 &
 	local pa=$!
-	for _ in $(seq 50); do
-		ss -ltn | grep -q "127.0.0.1:$port " && break
-		sleep 0.2
-	done
-	vm "$3" "$4" -smp 1 \
-		-netdev socket,id=n0,connect=127.0.0.1:"$port" \
+	if [ "${PEERS_NET:-dgram}" = socket ]; then
+		for _ in $(seq 50); do
+			ss -ltn | grep -q "127.0.0.1:$port " && break
+			sleep 0.2
+		done
+	fi
+	vm "$3" "$4" -smp 1 -netdev "$net_b" \
 		-device virtio-net-pci,netdev=n0,mac=52:54:00:88:00:02 &
 	local pb=$!
 	wait $pa $pb
@@ -124,6 +141,7 @@ if [ "$mode" = bench ]; then
 		extra="rdmatest.rounds=${BENCH_ROUNDS:-3}"
 	fi
 	[ -z "${BENCH_BYTES:-}" ] || extra="$extra rdmatest.bytes=$BENCH_BYTES"
+	[ -z "${BENCH_LAT_REPS:-}" ] || extra="$extra rdmatest.lat_reps=$BENCH_LAT_REPS"
 	# BENCH_CASES=a,b: only those cases; BENCH_CASES=script runs RDMATEST_SCRIPT.
 	[ -z "${BENCH_CASES:-}" ] || extra="$extra rdmatest.cases=$BENCH_CASES"
 	# Data-path keys of the ULP's timed runs, for experiments (comma-separated).
@@ -154,18 +172,36 @@ if [ "$mode" = bench ]; then
 	exit $rc
 fi
 
-[ "$mode" = test ] || die "usage: run.sh test|run|bench"
+[ "$mode" = test ] || [ "$mode" = stress ] || die "usage: run.sh test|run|bench|stress"
 
 # The release kernel has no doctests (release.config): they run at every boot.
 guests=() expect=
 [ "$FLAVOR" = release ] || expect=rust_doctests_kernel
 t1=$(date +%s)
-if [ "$TOPOLOGY" != peers ]; then
+if [ "$mode" = stress ]; then
+	# STRESS_CYCLES (link, netdev and rmmod cycles each), STRESS_HOSTILE
+	# (control strings), STRESS_RC (validated RC messages), STRESS_UD (UD
+	# datagrams). `rdma link add` alone takes seconds on the debug kernel:
+	# it runs 20 cycles of each fault by default, the release kernel 100.
+	if [ "$FLAVOR" = release ]; then
+		cycles=${STRESS_CYCLES:-100} nrc=${STRESS_RC:-1000000}
+	else
+		cycles=${STRESS_CYCLES:-20} nrc=${STRESS_RC:-10000}
+	fi
+	log "one guest on the $FLAVOR kernel: the fault suite, $cycles cycles of each fault (log: $run_dir/stress.log)"
+	VM_TIMEOUT=${STRESS_TIMEOUT:-7200} vm stress "rdmatest=stress rdmatest.flavor=$FLAVOR rdmatest.cycles=$cycles rdmatest.hostile=${STRESS_HOSTILE:-1000} rdmatest.rc_messages=$nrc rdmatest.ud_datagrams=${STRESS_UD:-100000}" \
+		-smp 2 -net none
+	guests+=(--guest "stress=$run_dir/stress.log=$(cat "$run_dir/stress.status")")
+	expect+=,rdma_setup,rdma_stress
+	[ "$FLAVOR" = release ] || expect+=,rdma_leaks
+	TOPOLOGY=none
+fi
+if [ "$TOPOLOGY" != peers ] && [ "$TOPOLOGY" != none ]; then
 	log "one guest, loopback topology (log: $run_dir/loopback.log)"
 	vm loopback "rdmatest=test ${RDMATEST_EXTRA:-}" -smp 2 -net none &
 	lpid=$!
 fi
-if [ "$TOPOLOGY" != loopback ]; then
+if [ "$TOPOLOGY" != loopback ] && [ "$TOPOLOGY" != none ]; then
 	# After the loopback guest on fewer than four cores (SERIAL=0 forces
 	# both at once, SERIAL=1 one after the other): three guests on two cores
 	# were measured at 1.45 s per cross-guest rping round trip (ICMP 328 ms)
@@ -179,17 +215,18 @@ fi
 wait
 t_vm=$(($(date +%s) - t1))
 
-if [ "$TOPOLOGY" != peers ]; then
+if [ "$TOPOLOGY" != peers ] && [ "$TOPOLOGY" != none ]; then
 	guests+=(--guest "loopback=$run_dir/loopback.log=$(cat "$run_dir/loopback.status")")
 	kunit=rdma_device,rdma_verbs,rdma_soundness,rdma_storage,rdma_async,rdma_client,rdma_module_unload
 	case "${RDMATEST_EXTRA:-}" in
 	*rdmatest.only=kunit*) expect+=,$kunit ;;
 	*rdmatest.only=cm*) expect+=,rdma_ulp_cm ;;
 	*rdmatest.only=traffic*) expect+=,rdma_ulp_traffic ;;
-	*) expect+=,rdma_setup,$kunit,rdma_rust_ulp,rdma_ulp_traffic,rdma_ulp_cm,rdma_samples,rdma_loopback,rdma_leaks ;;
+	*rdmatest.only=stress*) expect+=,rdma_stress ;;
+	*) expect+=,rdma_setup,$kunit,rdma_rust_ulp,rdma_ulp_traffic,rdma_ulp_cm,rdma_samples,rdma_loopback,rdma_stress,rdma_leaks ;;
 	esac
 fi
-if [ "$TOPOLOGY" != loopback ]; then
+if [ "$TOPOLOGY" != loopback ] && [ "$TOPOLOGY" != none ]; then
 	guests+=(--guest "peer_a=$run_dir/peer-a.log=$(cat "$run_dir/peer-a.status")")
 	guests+=(--guest "peer_b=$run_dir/peer-b.log=$(cat "$run_dir/peer-b.status")")
 	expect+=,rdma_peer_a,rdma_peer_b,rdma_storage_mr
@@ -202,6 +239,21 @@ python3 "$KSRC/tools/testing/kunit/kunit.py" parse --json="$run_dir/results.json
 grep -h 'rdmatest: rping' "$run_dir"/peer-b.log 2>/dev/null | sed 's/^\[[ 0-9.]*\] //' || true
 
 log "build ${t_build}s, VMs ${t_vm}s; logs in $run_dir"
+# The fault suite's report: one line per kind of fault and guest.
+stress_report() {
+	awk -v k="$FLAVOR" 'BEGIN { printf "%-8s %-10s %-8s %8s %9s %10s\n", "kernel", "guest", "fault", "cycles", "failures", "wall time" }
+		/rdmastress: kind=/ { g = FILENAME; sub(".*/", "", g); sub("[.]log$", "", g); delete f
+			for (i = 1; i <= NF; i++) if (split($i, kv, "=") == 2) f[kv[1]] = kv[2]
+			printf "%-8s %-10s %-8s %8s %9s %9.1fs\n", k, g, f["kind"], f["cycles"], f["failures"], f["ms"] / 1000 }
+		/rdmastress: (rc messages|ud datagrams)=/ { sub(".*rdmastress: ", ""); more = more k ": " $0 "\n" }
+		/rdmastress: link add profile: [0-9]+ ms/ { sub(".*profile: ", ""); more = more k ": rdma link add: " $0 "\n" }
+		END { printf "%s", more }' "$@" | tee "$run_dir/stress.txt"
+}
+if [ "$mode" = stress ]; then
+	stress_report "$run_dir/stress.log"
+elif grep -q 'rdmastress: kind=' "$run_dir/loopback.log" 2> /dev/null; then
+	stress_report "$run_dir/loopback.log"
+fi
 rc=0
 python3 - "$run_dir/results.json" "$KUNIT_DIR/known-upstream-failures" <<'EOF' || rc=$?
 import json, sys

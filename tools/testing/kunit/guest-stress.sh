@@ -1,0 +1,364 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0
+#
+# The fault suite: faults by the hundred under running, validated traffic, the
+# way blktests treats a driver. `make stress` runs it with its full counts on
+# the debug and the release kernel; `make test` runs a few cycles of each.
+# After every cycle: no kernel splat, the RDMA objects and the module
+# references back to their baseline. Each kind of fault is one KTAP case, and
+# one "rdmastress:" line (kind, cycles, failures, wall time) for the report.
+# Sourced by guest-init.sh after guest-ulp.sh, whose helpers it uses.
+
+ULP_KO=/lib/modules/extra/rdma_rust_ulp.ko
+# What the kernel log says when something went wrong in it (ktap_collect.py
+# checks the whole log too; this attributes a splat to its cycle).
+SPLATS='BUG:|WARNING:|Oops|Kernel panic|general protection fault|UBSAN:|possible circular locking|inconsistent lock state|scheduling while atomic|soft lockup|blocked for more than|DEBUG_LOCKS_WARN_ON|kmemleak: .*suspected'
+STRESS_PORT=7700
+HUGE=1000000000
+
+stress_say() { kmsg "rdmastress: $*"; }
+
+# module_refs: the reference counts of the RDMA core's modules (those built as
+# modules), one line each: a leaked reference shows up here.
+module_refs() {
+	local m
+	for m in ib_core ib_cm iw_cm rdma_cm ib_uverbs rdma_ucm rdma_rxe; do
+		[ -e /sys/module/$m/refcnt ] && echo "$m $(cat /sys/module/$m/refcnt)"
+	done
+	return 0
+}
+
+# baseline NAME: what the RDMA core holds now, to compare each cycle against
+baseline() { { rdma_resources; module_refs; } > "/tmp/base-$1"; }
+same_as_baseline() { { rdma_resources; module_refs; } | cmp -s - "/tmp/base-$1"; }
+# back_to_baseline NAME: within 10 s (user-space peers free as their files close)
+back_to_baseline() {
+	wait_for 10 same_as_baseline "$1" && return 0
+	{ rdma_resources; module_refs; } | diff "/tmp/base-$1" -
+	return 1
+}
+
+# runs_active DEV: how many of DEV's runs still hold resources (running or ended)
+runs_active() {
+	awk -v d="$1" 'NR == 1 { for (i = 1; i <= NF; i++) h[$i] = i; next }
+		$1 ~ /^[0-9]+$/ && $2 == d && $(h["state"]) != "done" { n++ } END { print n + 0 }' $ULP/stats
+}
+moving() { [ "$(ulp_stat "$1" messages)" -gt 0 ] 2> /dev/null; }
+# all_moving ID...: every one of the runs has moved data
+all_moving() {
+	awk -v ids=" $* " 'NR == 1 { for (i = 1; i <= NF; i++) h[$i] = i; next }
+		$1 ~ /^[0-9]+$/ && index(ids, " " $1 " ") && $(h["messages"]) > 0 { n++ }
+		END { exit n != split(ids, a, " ") }' $ULP/stats
+}
+
+# stress_traffic DEV ADDR: long validated runs on DEV, each seen moving data:
+# RC SEND, RDMA WRITE and READ, a UD run, and an rdma_cm connection (a ULP
+# server and client on ADDR, speaking rping's protocol).
+stress_traffic() {
+	local dev=$1 a=$2 ids=
+	# Shallow queues: six runs at full depth keep the debug kernel's two CPUs
+	# in softirq, and the shell driving the faults waits seconds per command.
+	for c in "mode=rc op=send size=1024 depth=4" "mode=rc op=write size=4096 depth=4" \
+		"mode=rc op=read size=4096 depth=4" "mode=ud op=send size=256 depth=4"; do
+		ulp_ctl start dev="$dev" $c count=$HUGE || { echo "start $c failed"; return 1; }
+		ids="$ids $(ulp_last_id)"
+	done
+	STRESS_PORT=$((STRESS_PORT + 1))
+	ulp_ctl start cm=server addr="$a" port=$STRESS_PORT count=$HUGE || { echo "cm server failed"; return 1; }
+	ulp_cm_start cm=client addr="$a" port=$STRESS_PORT size=4096 count=$HUGE ||
+		{ echo "cm client failed"; return 1; }
+	ids="$ids $(ulp_last_id)"
+	# One read of the stats for all of them: under this load each read takes seconds.
+	wait_for 30 all_moving $ids || { cat $ULP/stats; echo "not all of runs$ids move data"; return 1; }
+}
+
+# stress_kind KIND CYCLES FUNCTION [ARGS]: FUNCTION CYCLES times; a cycle
+# fails if FUNCTION fails or the kernel log reports a splat during it. The
+# first failures' output goes to the log; the case fails if any cycle did.
+stress_kind() {
+	# Names of their own: the helpers of guest-ulp.sh set globals (n, r, id).
+	local sk_kind=$1 sk_n=$2 sk_fn=$3 sk_i sk_fails=0 sk_t0 sk_splat
+	shift 3
+	sk_t0=$(uptime_ms)
+	for sk_i in $(seq 1 "$sk_n"); do
+		# Not mark: the cycles use marks of their own.
+		stress_say "cycle $sk_kind $sk_i"
+		if ! "$sk_fn" "$@" > /tmp/stress-out 2>&1; then
+			sk_fails=$((sk_fails + 1))
+			[ $sk_fails -gt 3 ] || { echo "cycle $sk_i:"; tail -n 20 /tmp/stress-out; } >> /tmp/stress-why
+		fi
+		sk_splat=$(dmesg | sed -n "/rdmastress: cycle $sk_kind $sk_i\$/,\$p" | grep -E "$SPLATS" | head -n 3)
+		if [ -n "$sk_splat" ]; then
+			sk_fails=$((sk_fails + 1))
+			{ echo "cycle $sk_i: kernel splat:"; echo "$sk_splat"; } >> /tmp/stress-why
+			break
+		fi
+	done
+	stress_say "kind=$sk_kind cycles=$sk_n failures=$sk_fails ms=$(( $(uptime_ms) - sk_t0 ))"
+	[ $sk_fails = 0 ]
+}
+
+# --- the faults ------------------------------------------------------------------
+# link_cycle: `rdma link delete` of rxe1 under traffic on it, then `rdma link add`:
+# the ULP stops and frees the device's runs from remove(), the device comes back.
+link_cycle() {
+	stress_traffic rxe1 10.77.1.1 || return 1
+	local running
+	running=$(runs_active rxe1)
+	mark
+	timeout 60 rdma link delete rxe1 || { echo "rdma link delete failed"; return 1; }
+	since_mark | grep -q "rdma_rust_ulp: rxe1: detached ($running runs stopped)" ||
+		{ since_mark | grep 'rdma_rust_ulp: rxe1' | tail -n 3; echo "no detach message for $running runs"; return 1; }
+	[ "$(runs_active rxe1)" = 0 ] || { echo "rxe1 still has runs"; return 1; }
+	add_rxe rxe1 veth1 || { echo "rxe1 did not come back"; return 1; }
+	wait_for 10 dmesg_has "rdma_rust_ulp: rxe1: attached" || return 1
+	back_to_baseline ulp
+}
+
+# rmmod_cycle: insmod the ULP, traffic on rxe0, rmmod (which stops and frees
+# every run); the module is gone, and so is everything it held. The
+# sample module, which holds RDMA objects while loaded, comes and goes with it.
+rmmod_cycle() {
+	insmod $ULP_KO || { echo "insmod failed"; return 1; }
+	insmod /lib/modules/extra/rdma_rust_loopback.ko || { rmmod rdma_rust_ulp; echo "insmod sample failed"; return 1; }
+	# The traffic on one device: both take the debug kernel two minutes a cycle.
+	stress_traffic rxe0 10.77.0.1
+	local rc=$?
+	timeout 60 rmmod rdma_rust_ulp || { echo "rmmod failed"; return 1; }
+	timeout 60 rmmod rdma_rust_loopback || { echo "rmmod of the sample failed"; return 1; }
+	[ ! -e /sys/module/rdma_rust_ulp ] || { echo "rdma_rust_ulp still loaded"; return 1; }
+	[ $rc = 0 ] && back_to_baseline none
+}
+
+# netdev_cycle: the netdev under rxe1 goes down and up under traffic: the ULP's
+# event registration sees the port go DOWN and come back ACTIVE; the runs
+# either go on or end with an error, and `stop all` ends them in bounded time.
+netdev_cycle() {
+	stress_traffic rxe1 10.77.1.1 || return 1
+	mark
+	ip link set veth1 down
+	sleep 1
+	ip link set veth1 up
+	wait_for 30 port_active rxe1 || { echo "rxe1's port did not come back"; return 1; }
+	wait_for 30 port_active rxe0 || { echo "rxe0's port did not come back"; return 1; }
+	wait_for 10 since_mark_has "rdma_rust_ulp: rxe1: port 1: DOWN" || { echo "no DOWN event"; return 1; }
+	wait_for 10 since_mark_has "rdma_rust_ulp: rxe1: port 1: ACTIVE" || { echo "no ACTIVE event"; return 1; }
+	timeout 60 sh -c "echo stop all > $ULP/ctl" || { echo "stop all failed or hung"; return 1; }
+	ulp_ctl clear
+	back_to_baseline ulp
+}
+
+# qp_error_cycle: a run's QPs forced into the error state mid-run (`fail`): the
+# run ends by itself, its requests flushed and the error counted.
+qp_error_cycle() {
+	local id
+	ulp_ctl start dev=rxe0 mode=rc op=send size=4096 depth=16 count=$HUGE || return 1
+	id=$(ulp_last_id)
+	wait_for 30 moving "$id" || { ulp_row "$id"; echo "run $id moves nothing"; return 1; }
+	ulp_ctl fail id="$id" || { echo "fail id=$id refused"; return 1; }
+	timeout 60 sh -c "echo wait id=$id > $ULP/ctl" || { ulp_row "$id"; echo "the failed run did not end"; return 1; }
+	ulp_row "$id"
+	[ "$(ulp_stat "$id" state)" = done ] && ulp_above "$id" errors 0 && ulp_above "$id" wc_flush 0 ||
+		{ echo "not done with an error and flushed requests"; return 1; }
+	ulp_ctl clear
+	back_to_baseline ulp
+}
+
+# bad_rkey_cycle: an RDMA WRITE run (every other cycle: READ) with an rkey the
+# target does not have: its first completion fails (remote access error),
+# the run stops and ends with the error counted, having moved nothing.
+FAULT_N=0
+bad_rkey_cycle() {
+	local id op=write
+	FAULT_N=$((FAULT_N + 1))
+	[ $((FAULT_N % 2)) = 0 ] || op=read
+	timeout 60 sh -c "echo start dev=rxe0 mode=rc op=$op size=4096 depth=8 count=1000 fault=bad_rkey wait=1 > $ULP/ctl" ||
+		{ echo "the run did not end"; return 1; }
+	id=$(ulp_last_id)
+	ulp_row "$id"
+	[ "$(ulp_stat "$id" state)" = done ] && ulp_above "$id" errors 0 && ulp_has "$id" messages 0 ||
+		{ echo "not done with an error and nothing moved"; return 1; }
+	ulp_ctl clear
+	back_to_baseline ulp
+}
+
+# ud_fault_cycle: UD datagrams with the wrong Q_Key (every other cycle: to a
+# QP number nobody has): the receiving side drops them all; the sender's run
+# completes, and every datagram is counted lost, none received.
+ud_fault_cycle() {
+	local id f=bad_qkey
+	FAULT_N=$((FAULT_N + 1))
+	[ $((FAULT_N % 2)) = 0 ] || f=bad_qpn
+	ulp_ctl start dev=rxe0 mode=ud op=send size=256 depth=16 count=200 fault=$f wait=1 ||
+		{ echo "start fault=$f failed"; return 1; }
+	id=$(ulp_last_id)
+	ulp_row "$id"
+	[ "$(ulp_stat "$id" state)" = done ] && ulp_has "$id" messages 200 && ulp_has "$id" errors 0 &&
+		ulp_has "$id" received 0 && ulp_has "$id" lost 200 ||
+		{ echo "fault=$f: not 200 sent, 0 received, 200 lost"; return 1; }
+	ulp_ctl clear
+	back_to_baseline ulp
+}
+
+# small_cq_cycle: a run whose CQ is too small for its queues (64 sends and 128
+# receives into 16 entries) is refused up front, with a message, and leaves
+# nothing behind.
+small_cq_cycle() {
+	local rows
+	rows=$(wc -l < $ULP/stats)
+	mark
+	! ulp_ctl start dev=rxe0 mode=rc op=send size=4096 depth=64 cq=16 2> /dev/null ||
+		{ echo "accepted"; return 1; }
+	since_mark | grep -q 'rdma_rust_ulp: .*could not be built' || { since_mark | tail -n 3; echo "no message"; return 1; }
+	[ "$(wc -l < $ULP/stats)" = "$rows" ] || { echo "a run is listed"; return 1; }
+	back_to_baseline ulp
+}
+
+# --- hostile control strings -----------------------------------------------------
+# hostile I: the I-th hostile control string (generated, reproducible), as
+# bytes on stdout. None is a valid command, in whole or in any part a partial
+# write makes of it.
+hostile() {
+	local i=$1 r
+	r=$(awk -v i="$i" 'BEGIN { srand(i); print int(rand() * 1000000) }')
+	case $((i % 12)) in
+	0) head -c $((r % 200 + 1)) /dev/urandom ;;
+	1) printf 'start dev=rxe0\000 count=%d' "$r" ;;
+	2) printf 'start dev=rxe0 size=%d%s' "$r" "$(head -c 2000 /dev/zero | tr '\0' 9)" ;;
+	3) printf 'start dev=%s' "$(head -c $((r % 300 + 65)) /dev/zero | tr '\0' x)" ;;
+	4) printf 'start dev=rxe0 frob%d=1' "$r" ;;
+	5) printf 'start dev=rxe0 count=%d count=%d' "$r" "$r" ;;
+	6) printf 'start dev=rxe0 size=-%d' "$r" ;;
+	7) printf 'start dev=rxe0 depth=0 count=%d' "$r" ;;
+	8) printf 'start dev=rxe0 count=1%019d' "$r" ;;
+	9) printf 'stop id=-%d' "$r" ;;
+	10) printf 'go id=%d remote=%d:%d' "$r" "$r" "$r" ;;
+	11) printf 'start dev=rxe0 mode=ud op=read size=%d' "$r" ;;
+	esac
+}
+
+# hostile_write FILE: write FILE to the control file in one write, or in
+# pieces of 5 bytes (every third string): every write must be refused.
+hostile_write() {
+	local f=$1 i=$2
+	if [ $((i % 3)) = 0 ] && [ "$(wc -c < "$f")" -gt 5 ]; then
+		! dd if="$f" of=$ULP/ctl bs=5 2> /dev/null
+	else
+		! dd if="$f" of=$ULP/ctl bs=4096 2> /dev/null
+	fi
+}
+
+# hostile_writer FIRST LAST: strings FIRST..LAST; prints how many were accepted
+hostile_writer() {
+	local i bad=0
+	for i in $(seq "$1" "$2"); do
+		hostile "$i" > /tmp/hostile-$1
+		[ -s /tmp/hostile-$1 ] || continue
+		hostile_write /tmp/hostile-$1 "$i" || { bad=$((bad + 1)); echo "accepted: string $i" >&2; }
+	done
+	echo $bad
+}
+
+# hostile_ctl N: N hostile strings through the control file, by 4 writers at
+# once: each refused with a message, and the ULP's state and the RDMA objects
+# identical before and after.
+hostile_ctl() {
+	local n=$1 q w bad=0 before msgs
+	q=$((n / 4))
+	cp $ULP/stats /tmp/stats-before
+	baseline hostile
+	before=$(dmesg | grep -c 'rdma_rust_ulp: ')
+	for w in 0 1 2 3; do
+		hostile_writer $((w * q + 1)) $((w * q + q)) > /tmp/hostile-count-$w &
+	done
+	wait
+	for w in 0 1 2 3; do bad=$((bad + $(cat /tmp/hostile-count-$w))); done
+	msgs=$(( $(dmesg | grep -c 'rdma_rust_ulp: ') - before ))
+	echo "$((4 * q)) strings, $bad accepted, $msgs messages logged"
+	[ $bad = 0 ] || return 1
+	[ $msgs -ge $((4 * q)) ] || { echo "fewer messages than refused writes"; return 1; }
+	cmp -s $ULP/stats /tmp/stats-before || { diff /tmp/stats-before $ULP/stats; echo "stats changed"; return 1; }
+	back_to_baseline hostile
+}
+
+# --- long validated runs ---------------------------------------------------------
+# long_rc N: one validated RC SEND run of N messages: none lost, duplicated or corrupt
+long_rc() {
+	ulp_run "$1" 1 mode=rc op=send size=64 depth=64 batch=8 dev=rxe0 || return 1
+	local id
+	id=$(ulp_last_id)
+	stress_say "rc messages=$1 received=$(ulp_stat "$id" received) lost=$(ulp_stat "$id" lost) dup=$(ulp_stat "$id" dup) corrupt=$(ulp_stat "$id" corrupt)"
+}
+# long_ud N: N validated UD datagrams: none duplicated or corrupt, every one
+# received or counted lost; the losses are reported
+long_ud() {
+	ulp_ud_run "$1" mode=ud op=send size=256 depth=64 dev=rxe0 || return 1
+	local id
+	id=$(ulp_last_id)
+	stress_say "ud datagrams=$1 received=$(ulp_stat "$id" received) lost=$(ulp_stat "$id" lost)"
+}
+
+# stress_suite CYCLES HOSTILE RC_MSGS UD_MSGS: the fault suite, as the KTAP
+# suite rdma_stress. Needs rxe0 and rxe1, and the ULP not loaded.
+stress_suite() {
+	local cycles=$1 nhostile=$2 nrc=$3 nud=$4
+	suite_begin rdma_stress
+	: > /tmp/stress-why
+	baseline none
+	check stress_insmod insmod $ULP_KO
+	baseline ulp
+	stress_say "start cycles=$cycles hostile=$nhostile rc_messages=$nrc ud_datagrams=$nud"
+	for kind in link netdev qp_error bad_rkey ud_fault small_cq; do
+		check "${kind}_cycles" stress_kind "$kind" "$cycles" "${kind}_cycle"
+		[ ! -s /tmp/stress-why ] || { cat /tmp/stress-why > /dev/console; : > /tmp/stress-why; }
+	done
+	check hostile_ctl stress_kind hostile 1 hostile_ctl "$nhostile"
+	check long_rc stress_kind long_rc 1 long_rc "$nrc"
+	check long_ud stress_kind long_ud 1 long_ud "$nud"
+	check stress_rmmod timeout 60 rmmod rdma_rust_ulp
+	check rmmod_cycles stress_kind rmmod "$cycles" rmmod_cycle
+	[ ! -s /tmp/stress-why ] || cat /tmp/stress-why > /dev/console
+	check back_to_baseline back_to_baseline none
+	suite_end
+}
+
+# link_add_profile DEV NETDEV: where `rdma link add` spends its time: the
+# kernel stack of the `rdma` process sampled every 20 ms (/proc/PID/stack)
+# while it runs; the most frequent frames, innermost first, with their share
+# of the samples, go to the log as "rdmastress: link add profile" lines.
+link_add_profile() {
+	local pid n=0 t0
+	rdma link delete "$1" 2> /dev/null
+	: > /tmp/stacks
+	t0=$(uptime_ms)
+	rdma link add "$1" type rxe netdev "$2" &
+	pid=$!
+	while [ -e /proc/$pid/stack ]; do
+		{ cat /proc/$pid/stack; echo --; } >> /tmp/stacks 2> /dev/null
+		n=$((n + 1))
+		usleep 20000
+	done
+	wait $pid
+	stress_say "link add profile: $(( $(uptime_ms) - t0 )) ms, $n samples"
+	# Each frame's share: in how many samples it appears (at any depth).
+	awk '/^--/ { n++; delete seen; next }
+		{ f = $2; sub(/\+0x.*/, "", f); if (!(f in seen)) { seen[f] = 1; c[f]++ } }
+		END { for (f in c) printf "%5.1f%% %s\n", 100 * c[f] / (n ? n : 1), f }' /tmp/stacks |
+		sort -rn | head -n 25 | while IFS= read -r l; do stress_say "link add profile: $l"; done
+	wait_for 10 port_active "$1"
+}
+
+# `make stress`: one guest, the full counts (rdmatest.cycles, .hostile,
+# .rc_messages, .ud_datagrams on the command line).
+mode_stress() {
+	local cycles nhostile nrc nud
+	cycles=$(arg rdmatest.cycles); cycles=${cycles:-100}
+	nhostile=$(arg rdmatest.hostile); nhostile=${nhostile:-1000}
+	nrc=$(arg rdmatest.rc_messages); nrc=${nrc:-1000000}
+	nud=$(arg rdmatest.ud_datagrams); nud=${nud:-100000}
+	setup_suite
+	link_add_profile rxe1 veth1
+	stress_suite "$cycles" "$nhostile" "$nrc" "$nud"
+	# The release kernel has no kmemleak: the debug kernel's run checks leaks.
+	[ "$(arg rdmatest.flavor)" = release ] || leak_suite
+}
