@@ -322,25 +322,32 @@ stress_suite() {
 	suite_end
 }
 
-# link_add_profile DEV NETDEV: where `rdma link add` spends its time: the
-# kernel stack of the `rdma` process sampled every 20 ms (/proc/PID/stack)
-# while it runs; the most frequent frames, innermost first, with their share
-# of the samples, go to the log as "rdmastress: link add profile" lines.
+# link_add_profile DEV NETDEV: where `rdma link add` spends its time: every
+# 20 ms, the state and CPU time of the `rdma` process (/proc/PID/stat) and its
+# kernel stack (/proc/PID/stack, which is empty while the task is on a CPU:
+# only where it sleeps shows). Logged as "rdmastress: link add profile" lines:
+# the share of samples it was running, its system time, and the most frequent
+# frames of the samples where it slept.
 link_add_profile() {
-	local pid n=0 t0
+	local pid n=0 t0 st
 	rdma link delete "$1" 2> /dev/null
 	: > /tmp/stacks
+	: > /tmp/states
 	t0=$(uptime_ms)
 	rdma link add "$1" type rxe netdev "$2" &
 	pid=$!
-	while [ -e /proc/$pid/stack ]; do
+	while st=$(cat /proc/$pid/stat 2> /dev/null); do
+		# After the command name in parentheses: state, ... utime (12th), stime (13th).
+		echo "${st##*) }" | awk '{ print $1, $12, $13 }' >> /tmp/states
 		{ cat /proc/$pid/stack; echo --; } >> /tmp/stacks 2> /dev/null
 		n=$((n + 1))
 		usleep 20000
 	done
 	wait $pid
-	stress_say "link add profile: $(( $(uptime_ms) - t0 )) ms, $n samples"
-	# Each frame's share: in how many samples it appears (at any depth).
+	stress_say "link add profile: $(( $(uptime_ms) - t0 )) ms, $n samples, $(awk '
+		$1 == "R" { r++ } { n++; u = $2; s = $3 }
+		END { printf "running in %d%% of them, last seen with %d ticks user and %d system time", 100 * r / (n ? n : 1), u, s }' /tmp/states)"
+	# Each frame's share of the samples (at any depth).
 	awk '/^--/ { n++; delete seen; next }
 		{ f = $2; sub(/\+0x.*/, "", f); if (!(f in seen)) { seen[f] = 1; c[f]++ } }
 		END { for (f in c) printf "%5.1f%% %s\n", 100 * c[f] / (n ? n : 1), f }' /tmp/stacks |
