@@ -620,7 +620,7 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
     if s.hold && s.role != Role::Client {
         return Err(bad(format_args!("start: hold=1 is for role=client")));
     }
-    if s.role == Role::Client && matches!(s.op, Op::Write | Op::Read) && !s.hold {
+    if s.role == Role::Client && s.op.is_rdma() && !s.hold {
         return Err(bad(format_args!(
             "start: role=client op={} needs hold=1 (the server's target comes with go)",
             s.op.name()
@@ -656,7 +656,7 @@ impl Fault {
 fn check_fault(s: &Spec) -> Result {
     let fits = match s.fault {
         Fault::None => return Ok(()),
-        Fault::BadRkey => s.mode == QpType::Rc && matches!(s.op, Op::Write | Op::Read),
+        Fault::BadRkey => s.mode == QpType::Rc && s.op.is_rdma(),
         Fault::BadQkey | Fault::BadQpn => s.mode == QpType::Ud,
     };
     if !fits || s.cm || s.role != Role::Loopback || s.pingpong {

@@ -43,7 +43,6 @@ runs_active() {
 	awk -v d="$1" 'NR == 1 { for (i = 1; i <= NF; i++) h[$i] = i; next }
 		$1 ~ /^[0-9]+$/ && $2 == d && $(h["state"]) != "done" { n++ } END { print n + 0 }' $ULP/stats
 }
-moving() { [ "$(ulp_stat "$1" messages)" -gt 0 ] 2> /dev/null; }
 # all_moving ID...: every one of the runs has moved data
 all_moving() {
 	awk -v ids=" $* " 'NR == 1 { for (i = 1; i <= NF; i++) h[$i] = i; next }
@@ -154,7 +153,7 @@ qp_error_cycle() {
 	local id
 	ulp_ctl start dev=rxe0 mode=rc op=send size=4096 depth=16 count=$HUGE || return 1
 	id=$(ulp_last_id)
-	wait_for 30 moving "$id" || { ulp_row "$id"; echo "run $id moves nothing"; return 1; }
+	wait_for 30 all_moving "$id" || { ulp_row "$id"; echo "run $id moves nothing"; return 1; }
 	ulp_ctl fail id="$id" || { echo "fail id=$id refused"; return 1; }
 	timeout 60 sh -c "echo wait id=$id > $ULP/ctl" || { ulp_row "$id"; echo "the failed run did not end"; return 1; }
 	ulp_row "$id"
