@@ -7,7 +7,7 @@
 //! On RoCE an address vector needs the peer's MAC address as well as its GID. The RDMA core
 //! resolves it for user space and for rdma_cm, but a kernel QP connected by hand gets the
 //! vector as given ("kernel users have to provide already resolved rdma_ah_attr's",
-//! `_ib_modify_qp`). [`resolve_dmac`] does what the core's internal
+//! `_ib_modify_qp`). `resolve_dmac` does what the core's internal
 //! `rdma_addr_find_l2_eth_by_grh` does, through the exported `rdma_resolve_ip`: a route and
 //! neighbour lookup from the source GID's netdev to the destination IP. A destination on the
 //! same device resolves to the device's own MAC, which is how soft-RoCE recognises loopback.

@@ -16,7 +16,7 @@
 //!
 //! kernel::rdma sometimes has to process a CQ's completions itself (destroying an SRQ gives
 //! back what is left in its CQ, draining a UD QP waits for handlers still running):
-//! [`Cq::quiesce`] does it with every other poller of the CQ excluded, whatever its poll
+//! `Cq::quiesce` does it with every other poller of the CQ excluded, whatever its poll
 //! context, so that no handler can run concurrently with it.
 
 use super::{

@@ -9,7 +9,7 @@
 //! such an object may nevertheless go where sleeping is not allowed: in a completion handler
 //! running in softirq context (a request that owns an `Arc` of its QP), under a BH-disabling
 //! lock, or in a handler of the very CQ the teardown has to wait for (which would wait for
-//! itself). [`Deferred`] makes that harmless: each such object keeps, from its creation, the
+//! itself). `Deferred` makes that harmless: each such object keeps, from its creation, the
 //! storage of a work item; when it is dropped where its teardown cannot run, the teardown is
 //! queued on `system_unbound_wq` instead of running there and then. Nothing is allocated at that
 //! point, so handing the teardown over cannot fail.

@@ -12,7 +12,7 @@
 //! its own requests, a connection manager id that was leaked, a teardown handed to a work item),
 //! the core would call into freed memory after `rmmod`.
 //!
-//! So every such object *holds* the module its callbacks live in ([`Hold`]) for as long as the core
+//! So every such object *holds* the module its callbacks live in (`Hold`) for as long as the core
 //! may call them: a QP or SRQ from its first post until it is destroyed, a connection manager id
 //! until it is destroyed, an event registration until it is unregistered, a client registration
 //! while it lives, a deferred teardown until it has run. A module notifier, registered the first

@@ -94,10 +94,12 @@ use core::ops::Range;
 mod post;
 mod recv;
 mod send;
+mod wait;
 
 pub use recv::RecvOps;
 pub(crate) use send::Chain;
 pub use send::SendOps;
+pub use wait::{Pending, Waited};
 
 /// The most operations one [`Wr`] may chain into one post (`ib_post_send` list).
 pub const MAX_OPS: usize = 8;

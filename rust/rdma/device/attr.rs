@@ -7,7 +7,7 @@
 use crate::bindings;
 use core::fmt;
 
-/// A device's capabilities (`struct ib_device_attr`), as returned by [`Device::attrs`].
+/// A device's capabilities (`struct ib_device_attr`), as returned by [`Device::attrs`](super::Device::attrs).
 pub struct DeviceAttr<'a>(pub(super) &'a bindings::ib_device_attr);
 
 /// Converts a C `int` limit to `u32`, treating a negative value as "none".

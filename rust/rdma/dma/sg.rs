@@ -22,12 +22,13 @@ pub const MAX_SG_PAGES: usize = 256;
 /// Pages gathered in a scatterlist (`struct sg_table`), DMA-mapped in direction `D` for the
 /// device of a [`Pd`] while it lives (`ib_dma_map_sg`).
 ///
-/// It is the memory of a multi-page [`Mr`](super::mr::Mr) ([`Mr::map_sg`]), or a page vector
+/// It is the memory of a multi-page [`Mr`](crate::rdma::mr::Mr) ([`Mr::map_sg`]), or a page vector
 /// that one work request sends or receives: the pages need not be contiguous. The CPU reads and
 /// writes it through [`DmaSg::read`] and [`DmaSg::write`], which sync the pages; like a
 /// [`DmaBuf`], it is only reachable while no posted request owns it.
 ///
-/// [`Mr::map_sg`]: super::mr::Mr::map_sg
+/// [`Mr::map_sg`]: crate::rdma::mr::Mr::map_sg
+/// [`DmaBuf`]: super::DmaBuf
 ///
 /// # Invariants
 ///

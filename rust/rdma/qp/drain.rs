@@ -7,7 +7,7 @@
 //! Draining stops the QP for good and waits until every request posted on it has come back to
 //! its owner, flushed if it had not completed: afterwards no completion handler of the QP runs
 //! and nothing posted refers to its owners' memory. While it drains, kernel::rdma holds the
-//! poller slot of the QP's CQs ([`Cq::exclusive`](crate::rdma::cq::Cq::exclusive)): the core's
+//! poller slot of the QP's CQs (`Cq::exclusive`): the core's
 //! drain polls a direct CQ itself, and no other poller may run a handler concurrently. A QP that
 //! takes its receives from an SRQ has only its send queue drained; its receives come back
 //! through the SRQ.

@@ -116,6 +116,7 @@ RDMA_KUNIT_CASE(rdma_kunit_verbs_bad_rkey)
 RDMA_KUNIT_CASE(rdma_kunit_verbs_rnr)
 RDMA_KUNIT_CASE(rdma_kunit_verbs_drop_drains)
 RDMA_KUNIT_CASE(rdma_kunit_verbs_cq_overrun)
+RDMA_KUNIT_CASE(rdma_kunit_verbs_waited)
 RDMA_KUNIT_CASE(rdma_kunit_verbs_poll_contexts)
 RDMA_KUNIT_CASE(rdma_kunit_verbs_local_inv)
 RDMA_KUNIT_CASE(rdma_kunit_verbs_port_events)
@@ -182,6 +183,7 @@ static struct kunit_case rdma_verbs_cases[] = {
 	KUNIT_CASE(rdma_kunit_verbs_rnr_case),
 	KUNIT_CASE(rdma_kunit_verbs_drop_drains_case),
 	KUNIT_CASE(rdma_kunit_verbs_cq_overrun_case),
+	KUNIT_CASE(rdma_kunit_verbs_waited_case),
 	KUNIT_CASE(rdma_kunit_verbs_poll_contexts_case),
 	KUNIT_CASE(rdma_kunit_verbs_local_inv_case),
 	KUNIT_CASE(rdma_kunit_verbs_port_events_case),

@@ -43,6 +43,7 @@ mod soundness;
 mod srq;
 mod storage;
 mod ud;
+mod wait;
 
 extern "C" {
     fn rdma_kunit_res_count(name: *const kernel::ffi::c_char) -> c_int;
