@@ -7,13 +7,13 @@
 ifneq ($(KERNELRELEASE),)
 
 obj-$(CONFIG_RDMA_RUST_ULP) += drivers/rdma_rust_ulp/
-obj-$(CONFIG_SAMPLE_RDMA_RUST_LOOPBACK) += samples/rdma_rust/
+obj-$(CONFIG_SAMPLES_RDMA_RUST) += samples/rdma_rust/
 
 else
 
 KUNIT := tools/testing/kunit
 
-.PHONY: all setup build check test run bench stress clean help
+.PHONY: all setup build check docs test run bench stress clean help
 
 all: build
 
@@ -22,7 +22,8 @@ help:
 	@echo "make test   build what changed and run every test under QEMU"
 	@echo "make setup  install packages and unpack the kernel (done on demand by the others)"
 	@echo "make build  build the kernel and the modules only"
-	@echo "make check  rustfmt, clippy, and no bindings:: outside rust/rdma"
+	@echo "make check  rustfmt, clippy, compile-fail cases, docs, and no bindings:: outside rust/rdma"
+	@echo "make docs   the kernel crate's rustdoc (kernel::rdma) and Documentation/ (Sphinx); prints where"
 	@echo "make bench  the ULP against perftest and rping on the release kernel (BENCH_QUICK=1: one short round)"
 	@echo "make stress the fault suite on the debug kernel, then on the release kernel (STRESS_CYCLES=N: cycles of each fault)"
 
@@ -34,6 +35,9 @@ build:
 
 check:
 	$(KUNIT)/check.sh
+
+docs:
+	$(KUNIT)/docs.sh
 
 test:
 	$(KUNIT)/run.sh test

@@ -407,15 +407,30 @@ impl core::fmt::Write for Text {
     }
 }
 
+/// A time in ns, shown in microseconds with two decimals, right-aligned in the field's width.
+struct Micros(u64);
+
+impl core::fmt::Display for Micros {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        use core::fmt::Write;
+        let (whole, hundredths) = (self.0 / 1000, self.0 % 1000 / 10);
+        let len = whole.checked_ilog10().unwrap_or(0) as usize + 1 + 3;
+        for _ in len..f.width().unwrap_or(0) {
+            f.write_char(' ')?;
+        }
+        write!(f, "{whole}.{hundredths:02}")
+    }
+}
+
 pub(crate) fn stats_text(u: &Ulp, t: &mut Text) -> core::fmt::Result {
     use core::fmt::Write;
     use stats::Stats as S;
     writeln!(
         t,
-        "{:>3} {:<8} {:<4} {:<8} {:>7} {:>9} {:>5} {:<9} {:>3} {:<7} {:>9} {:>11} {:>9} {:>6} {:>5} {:>5} {:>7} {:>9} {:>8} {:>6} {:>8} {:>9} {:>9} {:>9} {:>10} {:>10}",
+        "{:>3} {:<8} {:<4} {:<8} {:>7} {:>9} {:>5} {:<9} {:>3} {:<7} {:>9} {:>11} {:>9} {:>6} {:>5} {:>5} {:>7} {:>9} {:>8} {:>6} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10}",
         "id", "dev", "mode", "op", "size", "count", "depth", "poll", "val", "state", "messages",
         "bytes", "received", "errors", "lost", "dup", "corrupt", "wc_ok", "wc_flush", "wc_err",
-        "MB/s", "lat_min", "lat_p50", "lat_p99", "lat_max", "elapsed_us"
+        "MB/s", "lat_min_us", "lat_p50_us", "lat_p99_us", "lat_max_us", "elapsed_us"
     )?;
     for d in u.devices.lock().iter().flatten() {
         for r in d.runs.lock().runs.iter() {
@@ -441,7 +456,7 @@ pub(crate) fn stats_text(u: &Ulp, t: &mut Text) -> core::fmt::Result {
             let [lmin, l50, l99, lmax] = s.latencies();
             writeln!(
                 t,
-                "{:>3} {:<8} {:<4} {:<8} {:>7} {:>9} {:>5} {:<9} {:>3} {:<7} {:>9} {:>11} {:>9} {:>6} {:>5} {:>5} {:>7} {:>9} {:>8} {:>6} {:>6}.{} {:>9} {:>9} {:>9} {:>10} {:>10}",
+                "{:>3} {:<8} {:<4} {:<8} {:>7} {:>9} {:>5} {:<9} {:>3} {:<7} {:>9} {:>11} {:>9} {:>6} {:>5} {:>5} {:>7} {:>9} {:>8} {:>6} {:>6}.{} {:>10} {:>10} {:>10} {:>10} {:>10}",
                 r.id,
                 d.name,
                 ctl::mode_name(r.spec.mode),
@@ -464,10 +479,10 @@ pub(crate) fn stats_text(u: &Ulp, t: &mut Text) -> core::fmt::Result {
                 S::get(&s.wc_error),
                 mbps10 / 10,
                 mbps10 % 10,
-                lmin,
-                l50,
-                l99,
-                lmax,
+                Micros(lmin),
+                Micros(l50),
+                Micros(l99),
+                Micros(lmax),
                 elapsed_ns / 1000
             )?;
         }

@@ -79,7 +79,8 @@ fn done() -> Result<Arc<Done>> {
 /// Sends one message from one QP to the other and returns how many bytes arrived.
 fn exchange(dev: &Device) -> Result<u32> {
     let pd = Pd::new(dev)?;
-    let cq = Cq::new(dev, 16, 0, PollContext::Softirq)?;
+    // Two QPs of 4 + 4 requests (and one drain slot per queue): 20 entries at most.
+    let cq = Cq::new(dev, 32, 0, PollContext::Softirq)?;
     let caps = QpCaps {
         send_depth: 4,
         recv_depth: 4,
@@ -102,8 +103,10 @@ fn exchange(dev: &Device) -> Result<u32> {
         ops.buf(&mut m.buf, 0..len)?;
         Ok(())
     })?;
-    let mut buf = DmaBuf::new(&pd, GREETING.len(), GFP_KERNEL)?;
-    buf.as_mut_slice().copy_from_slice(GREETING);
+    let mut greeting = KVec::new();
+    greeting.extend_from_slice(GREETING, GFP_KERNEL)?;
+    // The buffer is mapped for the device from here on; the CPU wrote it before.
+    let buf = DmaBuf::from_vec(&pd, greeting).map_err(|(e, _)| e)?;
     let tx = Msg {
         buf,
         expect: None,

@@ -94,5 +94,7 @@ build_ext() {
 }
 build_ext rdma_rust_ulp "$PROJECT_DIR/drivers/rdma_rust_ulp" CONFIG_RDMA_RUST_ULP=m
 build_ext rdma_kunit "$KUNIT_DIR/rdma" CONFIG_RDMA_RUST_KUNIT=m
-build_ext rdma_rust_loopback "$PROJECT_DIR/samples/rdma_rust" CONFIG_SAMPLE_RDMA_RUST_LOOPBACK=m
+# Every sample: its Kconfig's symbols, each =m.
+mapfile -t samples < <(sed -n 's/^config \(SAMPLE_RDMA_RUST_.*\)/CONFIG_\1=m/p' "$PROJECT_DIR/samples/rdma_rust/Kconfig")
+build_ext rdma_rust_samples "$PROJECT_DIR/samples/rdma_rust" CONFIG_SAMPLES_RDMA_RUST=y "${samples[@]}"
 log "build done: $KSRC/arch/x86/boot/bzImage"

@@ -6,7 +6,8 @@
 #  - clippy (the kernel's CLIPPY=1) on kernel::rdma, the modules and the sample: no warning
 #    in this project's files;
 #  - compile_fail/: code the types of kernel::rdma must refuse, refused with the error
-#    expected.
+#    expected;
+#  - the documentation (docs.sh): rustdoc of the kernel crate and Sphinx, no warning.
 # The modules are linted object by object: linking them against a clippy-driver
 # build of the kernel crate trips modpost on 6.12 with this rustc (upstream
 # symbols such as Kmalloc::aligned_layout go missing), which says nothing about
@@ -39,12 +40,17 @@ clippy_warnings() {
 w=$(clippy_warnings "$LOGS/clippy-kernel.log" 'rust/kernel/rdma/')
 [ -z "$w" ] || { echo "$w" >&2; echo "check: clippy warnings in kernel::rdma" >&2; fail=1; }
 
+samples=()
+for s in "$PROJECT_DIR"/samples/rdma_rust/*.rs; do
+	n=$(basename "$s" .rs)
+	samples+=("rdma_rust_samples:CONFIG_SAMPLE_${n^^}:$n.o")
+done
 for spec in rdma_rust_ulp:CONFIG_RDMA_RUST_ULP:ulp_main.o rdma_kunit:CONFIG_RDMA_RUST_KUNIT:rdma_kunit_tests.o \
-	rdma_rust_loopback:CONFIG_SAMPLE_RDMA_RUST_LOOPBACK:rdma_rust_loopback.o; do
+	"${samples[@]}"; do
 	IFS=: read -r name opt obj <<< "$spec"
-	log "clippy: $name"
+	log "clippy: $name ($obj)"
 	touch "$MODBUILD/$name"/*.rs
-	"${KMAKE[@]}" CLIPPY=1 M="$MODBUILD/$name" "$opt=m" "$obj" > "$LOGS/clippy-$name.log" 2>&1 ||
+	"${KMAKE[@]}" CLIPPY=1 M="$MODBUILD/$name" "$opt=m" CONFIG_SAMPLES_RDMA_RUST=y "$obj" > "$LOGS/clippy-$name.log" 2>&1 ||
 		{ cat "$LOGS/clippy-$name.log" >&2; fail=1; }
 	w=$(clippy_warnings "$LOGS/clippy-$name.log" "modules/$name/")
 	[ -z "$w" ] || { echo "$w" >&2; echo "check: clippy warnings in $name" >&2; fail=1; }
@@ -72,8 +78,9 @@ done
 
 log "rebuilding without clippy"
 "$KUNIT_DIR/build.sh"
+DOCS_TREE_BUILT=1 "$KUNIT_DIR/docs.sh" || fail=1
 if [ $fail = 0 ]; then
-	echo "check: rustfmt, bindings and clippy clean"
+	echo "check: rustfmt, bindings, clippy, compile-fail cases, rustdoc and Sphinx clean"
 else
 	die "static checks failed"
 fi

@@ -98,13 +98,13 @@ rping_time() {
 
 # --- the ULP -------------------------------------------------------------------------
 # ulp_timed KEY=VALUE...: one unvalidated run to its end; prints "MESSAGES
-# ELAPSED_US P50_NS P99_NS" from its row of the stats table.
+# ELAPSED_US P50_US P99_US" from its row of the stats table.
 ulp_timed() {
 	ulp_ctl start dev=rxe0 validate=0 wait=1 "$@" || return 1
 	local id
 	id=$(ulp_last_id)
 	[ "$(ulp_stat "$id" errors)" = 0 ] || { ulp_row "$id" >&2; return 1; }
-	echo "$(ulp_stat "$id" messages) $(ulp_stat "$id" elapsed_us) $(ulp_stat "$id" lat_p50) $(ulp_stat "$id" lat_p99)"
+	echo "$(ulp_stat "$id" messages) $(ulp_stat "$id" elapsed_us) $(ulp_stat "$id" lat_p50_us) $(ulp_stat "$id" lat_p99_us)"
 }
 
 # ulp_rping_time PORT SIZE COUNT [validate=1]: the ULP's rping-protocol
@@ -222,8 +222,8 @@ bench_one() {
 	ulp:rate) msgs=$1; value=$(per_s "$1" "$2") ;;
 	ulp:bw) msgs=$1; value=$(awk -v m="$1" -v us="$2" -v s="$size" 'BEGIN { printf "%.2f", m * s / us }') ;;
 	# The ULP measures round trips; perftest reports half of one.
-	ulp:lat) msgs=$1; value=$(awk -v ns="$3" 'BEGIN { printf "%.2f", ns / 2000 }')
-		p99=$(awk -v ns="$4" 'BEGIN { printf "%.2f", ns / 2000 }') ;;
+	ulp:lat) msgs=$1; value=$(awk -v us="$3" 'BEGIN { printf "%.2f", us / 2 }')
+		p99=$(awk -v us="$4" 'BEGIN { printf "%.2f", us / 2 }') ;;
 	esac
 	local cpu
 	cpu=$(awk -v t=$((c1 - c0)) -v m="$msgs" 'BEGIN { printf "%.2f", t * 10000 / (m > 0 ? m : 1) }')

@@ -157,12 +157,14 @@ ulp_pingpong() {
 	n=$1; shift
 	ulp_run "$n" 0 mode=rc pingpong=1 "$@" || return 1
 	id=$(ulp_last_id)
-	ulp_has "$id" depth 1 && ulp_above "$id" lat_p50 0
+	ulp_has "$id" depth 1 && ulp_positive "$id" lat_p50_us
 }
 # ulp_has ID COLUMN VALUE
 ulp_has() { ulp_row "$1"; [ "$(ulp_stat "$1" "$2")" = "$3" ]; }
 # ulp_above ID COLUMN N: the cell is a number above N
 ulp_above() { [ "$(ulp_stat "$1" "$2")" -gt "$3" ] 2> /dev/null; }
+# ulp_positive ID COLUMN: the cell is a number (decimals allowed) above 0
+ulp_positive() { awk -v x="$(ulp_stat "$1" "$2")" 'BEGIN { exit !(x ~ /^[0-9.]+$/ && x + 0 > 0) }'; }
 
 # ulp_link_delete_mid_run: deleting a device under runs (one with its own CQ,
 # one on a share of the device's CQ pool, which the core frees right after the

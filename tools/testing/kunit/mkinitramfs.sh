@@ -51,7 +51,7 @@ cp -a "$IMAGES/modroot/lib/modules" "$root/lib/"
 # The project's out-of-tree modules.
 cp "$MODBUILD/rdma_rust_ulp/rdma_rust_ulp.ko" "$MODBUILD/rdma_kunit/rdma_kunit.ko" \
 	"$MODBUILD/rdma_kunit/rdma_kunit_orphan.ko" \
-	"$MODBUILD/rdma_rust_loopback/rdma_rust_loopback.ko" "$root/lib/modules/extra/"
+	"$MODBUILD"/rdma_rust_samples/*.ko "$root/lib/modules/extra/"
 
 cp "$KUNIT_DIR/guest-init.sh" "$root/init"
 chmod +x "$root/init"

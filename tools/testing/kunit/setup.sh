@@ -12,6 +12,8 @@ PACKAGES=(
 	# the VM and its userspace
 	qemu-system-x86 busybox-static iproute2
 	rdmacm-utils perftest ibverbs-utils ibverbs-providers
+	# `make check`: the Documentation/ build
+	python3-sphinx
 	# `make bench`: its chart
 	gnuplot-nox
 )
