@@ -321,37 +321,67 @@ stress_suite() {
 	suite_end
 }
 
-# link_add_profile DEV NETDEV: where `rdma link add` spends its time: every
-# 20 ms, the state and CPU time of the `rdma` process (/proc/PID/stat) and its
-# kernel stack (/proc/PID/stack, which is empty while the task is on a CPU:
-# only where it sleeps shows). Logged as "rdmastress: link add profile" lines:
-# the share of samples it was running, its system time, and the most frequent
-# frames of the samples where it slept.
+# link_add_profile DEV NETDEV: where `rdma link add` spends its time, over
+# three deletes and adds of DEV: as often as the shell can (every 100-250 ms
+# on the debug kernel), the state and CPU time of the `rdma` process
+# (/proc/PID/stat) and the kernel stacks of both CPUs (sysrq-l: an NMI
+# backtrace of each, running or not; /proc/PID/stack shows only a sleeping
+# task). Logged as
+# "rdmastress: link add profile" lines: the share of samples it was running,
+# its system time, which tasks the CPUs were running, the functions they were
+# in and the most frequent frames of their stacks (at any depth).
 link_add_profile() {
-	local pid n=0 t0 st
-	rdma link delete "$1" 2> /dev/null
-	: > /tmp/stacks
+	local pid n=0 t0 st kpid level round ms=
 	: > /tmp/states
-	t0=$(uptime_ms)
-	rdma link add "$1" type rxe netdev "$2" &
-	pid=$!
-	while st=$(cat /proc/$pid/stat 2> /dev/null); do
-		# After the command name in parentheses: state, ... utime (12th), stime (13th).
-		echo "${st##*) }" | awk '{ print $1, $12, $13 }' >> /tmp/states
-		{ cat /proc/$pid/stack; echo --; } >> /tmp/stacks 2> /dev/null
-		n=$((n + 1))
-		usleep 20000
+	# The backtraces go to the log only (not the slow serial console), and
+	# are read as they come (the ring buffer would not hold them all).
+	read -r level _ < /proc/sys/kernel/printk
+	echo 1 > /proc/sys/kernel/printk
+	cat /dev/kmsg > /tmp/kmsg-profile &
+	kpid=$!
+	for round in 1 2 3; do
+		rdma link delete "$1" 2> /dev/null
+		t0=$(uptime_ms)
+		rdma link add "$1" type rxe netdev "$2" &
+		pid=$!
+		while st=$(cat /proc/$pid/stat 2> /dev/null); do
+			# After the command name in parentheses: state, ... utime (12th), stime (13th).
+			echo "${st##*) }" | awk '{ print $1, $12, $13 }' >> /tmp/states
+			n=$((n + 1))
+			[ -w /proc/sysrq-trigger ] && echo l > /proc/sysrq-trigger
+		done
+		wait $pid
+		ms="$ms $(( $(uptime_ms) - t0 ))"
+		wait_for 10 port_active "$1"
 	done
-	wait $pid
-	stress_say "link add profile: $(( $(uptime_ms) - t0 )) ms, $n samples, $(awk '
+	sleep 1
+	kill $kpid
+	echo "$level" > /proc/sys/kernel/printk
+	stress_say "link add profile: ms$ms, $n samples, $(awk '
 		$1 == "R" { r++ } { n++; u = $2; s = $3 }
-		END { printf "running in %d%% of them, last seen with %d ticks user and %d system time", 100 * r / (n ? n : 1), u, s }' /tmp/states)"
-	# Each frame's share of the samples (at any depth).
-	awk '/^--/ { n++; delete seen; next }
-		{ f = $2; sub(/\+0x.*/, "", f); if (!(f in seen)) { seen[f] = 1; c[f]++ } }
-		END { for (f in c) printf "%5.1f%% %s\n", 100 * c[f] / (n ? n : 1), f }' /tmp/stacks |
-		sort -rn | head -n 25 | while IFS= read -r l; do stress_say "link add profile: $l"; done
-	wait_for 10 port_active "$1"
+		END { printf "running in %d%% of them", 100 * r / (n ? n : 1) }' /tmp/states)"
+	# /dev/kmsg records: "prio,seq,usec,flags;text". One sample per "NMI
+	# backtrace for cpu" block; the sysrq writer's own CPU (the shell: comm init
+	# or sh) is left out.
+	sed 's/^[^;]*;//' /tmp/kmsg-profile | awk '
+		/NMI backtrace for cpu/ { blk++; comm = ""; inb = 1; delete seen; next }
+		!inb { next }
+		/^CPU: / { for (i = 1; i < NF; i++) if ($i == "Comm:") comm = $(i + 1); if (comm == "sh" || comm == "init") inb = 0; else tasks[comm]++; next }
+		/^RIP: / { f = $2; sub(/^[0-9]+:/, "", f); sub(/\+0x.*/, "", f); rip[f]++; total++; next }
+		/^ *<\/TASK>/ || /^ *<\/IRQ>/ { next }
+		/^ +[a-zA-Z_][a-zA-Z0-9_.]*\+0x/ { f = $1; if (f == "?") next; sub(/\+0x.*/, "", f); if (!(f in seen)) { seen[f] = 1; frames[f]++ } }
+		END {
+			printf "backtraces %d\n", total
+			for (t in tasks) printf "task %5.1f%% %s\n", 100 * tasks[t] / (total ? total : 1), t
+			for (f in rip) printf "rip %5.1f%% %s\n", 100 * rip[f] / (total ? total : 1), f
+			for (f in frames) printf "frame %5.1f%% %s\n", 100 * frames[f] / (total ? total : 1), f
+		}' > /tmp/profile
+	{
+		grep '^backtraces' /tmp/profile
+		grep '^task' /tmp/profile | sort -k2 -rn | head -n 5
+		grep '^rip' /tmp/profile | sort -k2 -rn | head -n 10
+		grep '^frame' /tmp/profile | sort -k2 -rn | head -n 30
+	} | while IFS= read -r l; do stress_say "link add profile: $l"; done
 }
 
 # `make stress`: one guest, the full counts (rdmatest.cycles, .hostile,
