@@ -11,8 +11,9 @@
 
 ULP_KO=/lib/modules/extra/rdma_rust_ulp.ko
 # What the kernel log says when something went wrong in it (ktap_collect.py
-# checks the whole log too; this attributes a splat to its cycle).
-SPLATS='BUG:|WARNING:|Oops|Kernel panic|general protection fault|UBSAN:|possible circular locking|inconsistent lock state|scheduling while atomic|soft lockup|blocked for more than|DEBUG_LOCKS_WARN_ON|kmemleak: .*suspected'
+# checks the whole log too; this attributes a splat to its cycle, and make
+# run's summary counts it).
+SPLATS='BUG:|WARNING:|Oops|Kernel panic|general protection fault|UBSAN:|possible circular locking|INFO: possible|inconsistent lock state|scheduling while atomic|soft lockup|blocked for more than|DEBUG_LOCKS_WARN_ON|kmemleak: .*suspected'
 STRESS_PORT=7700
 HUGE=1000000000
 
