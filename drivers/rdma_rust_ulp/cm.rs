@@ -151,6 +151,17 @@ impl Attached for Waiter {
         // Dropped outside the lock: destroying an id waits for its handler, which takes it.
         drop(link);
     }
+
+    fn tick(&self) {
+        self.with_link(|l| {
+            if let Some(c) = &l.conn {
+                c.tick();
+            }
+            for s in l.sessions.iter() {
+                s.conn.tick();
+            }
+        });
+    }
 }
 
 /// The event handler of a run's ids.
@@ -434,11 +445,11 @@ impl Ev {
     }
 }
 
-/// The queues of a ping connection: two REG_MRs, two SENDs and a READ or WRITE at most in
-/// flight; one receive.
+/// The queues of a ping connection: two REG_MRs, two SENDs, a READ or WRITE and a keep-alive
+/// at most in flight; one receive.
 fn ping_caps() -> QpCaps {
     QpCaps {
-        send_depth: 6,
+        send_depth: 7,
         recv_depth: 2,
         ..QpCaps::default()
     }

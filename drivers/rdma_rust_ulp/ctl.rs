@@ -69,7 +69,7 @@ use crate::util::Pace;
 
 mod addr;
 
-use addr::{parse_addr, parse_endpoint, parse_remote, with_port};
+use addr::{parse_endpoint, parse_remote};
 pub(crate) use addr::{PeerTarget, ShowEndpoint};
 
 /// Which QPs of a run are on this host.
@@ -537,7 +537,7 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
             }
             b"addr" => {
                 addr_given = true;
-                s.addr = parse_addr(v, s.addr.port()).ok_or_else(|| {
+                s.addr = SockAddr::parse(v, s.addr.port()).ok_or_else(|| {
                     bad(format_args!(
                         "start: addr={} is not an IPv4 or IPv6 address (A.B.C.D, X:X::X[%SCOPE])",
                         Show(v)
@@ -545,16 +545,18 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
                 })?;
             }
             b"mcast" => {
-                s.mcast = Some(parse_addr(v, 0).filter(SockAddr::is_multicast).ok_or_else(
-                    || {
-                        bad(format_args!(
-                            "start: mcast={} is not a multicast group (224.0.0.0/4, ff00::/8)",
-                            Show(v)
-                        ))
-                    },
-                )?);
+                s.mcast = Some(
+                    SockAddr::parse(v, 0)
+                        .filter(SockAddr::is_multicast)
+                        .ok_or_else(|| {
+                            bad(format_args!(
+                                "start: mcast={} is not a multicast group (224.0.0.0/4, ff00::/8)",
+                                Show(v)
+                            ))
+                        })?,
+                );
             }
-            b"port" => s.addr = with_port(s.addr, num(1, 65535)? as u16),
+            b"port" => s.addr = s.addr.with_port(num(1, 65535)? as u16),
             _ => return Err(bad(format_args!("start: unknown key '{}'", Show(k)))),
         }
     }

@@ -220,6 +220,19 @@ impl Ulp {
             .cloned()
     }
 
+    /// Ticks what every active run holds besides its QPs (the watchdog; process context),
+    /// outside the registry's locks.
+    pub(crate) fn tick(&self) {
+        let Ok(runs) = self.all_runs() else {
+            return;
+        };
+        for r in runs {
+            if let Some(a) = r.attached() {
+                a.tick();
+            }
+        }
+    }
+
     /// Every run of every device.
     fn all_runs(&self) -> Result<KVec<Arc<Run>>> {
         let mut out = KVec::new();

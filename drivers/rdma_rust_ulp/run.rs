@@ -61,6 +61,10 @@ fn now_ns() -> i64 {
 pub(crate) trait Attached: Send + Sync {
     /// Drains and frees what it holds. Process context.
     fn release(&self);
+
+    /// Called every [`crate::watchdog::TICK_MS`] while the run is active (process context):
+    /// CM connections probe a peer that has gone quiet.
+    fn tick(&self) {}
 }
 
 /// What a run holds on the device; dropped in process context once its QPs are drained.
@@ -554,6 +558,11 @@ impl Run {
         drop(res.cq);
         // Whoever waits for the run's end: it is over.
         self.ended.complete_all();
+    }
+
+    /// What the run holds besides its QPs, while it is active.
+    pub(crate) fn attached(&self) -> Option<Arc<dyn Attached>> {
+        self.res.lock().as_ref().and_then(|r| r.attached.clone())
     }
 
     /// Gives a run what it holds besides its QPs (a CM client's connection, made before it

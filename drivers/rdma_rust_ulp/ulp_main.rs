@@ -25,9 +25,11 @@ mod registry;
 mod run;
 mod stats;
 mod util;
+mod watchdog;
 
 use ctl::{Defaults, Show};
 use registry::{StateGuard, Text, Ulp, UlpDev};
+use watchdog::{Watchdog, WatchdogGuard};
 
 module! {
     type: RustUlp,
@@ -47,7 +49,9 @@ extern "C" {
 }
 
 struct RustUlp {
-    // Dropped in this order: the client first (its `remove` needs the state), then the state.
+    // Dropped in this order: the watchdog (it ticks the runs), the client (its `remove` needs
+    // the state), then the state.
+    _watchdog: WatchdogGuard,
     _reg: Registration<UlpClient>,
     _state: StateGuard,
 }
@@ -84,6 +88,7 @@ impl kernel::Module for RustUlp {
         let (defaults, max_runs) = defaults()?;
         let state = Ulp::publish(defaults, max_runs)?;
         let reg = Registration::<UlpClient>::new()?;
+        let watchdog = Watchdog::start()?;
         // SAFETY: Creates the debugfs files; their callbacks use the state published above.
         let ret = unsafe { rdma_rust_ulp_debugfs_init() };
         if ret < 0 {
@@ -97,6 +102,7 @@ impl kernel::Module for RustUlp {
             max_runs
         );
         Ok(RustUlp {
+            _watchdog: watchdog,
             _reg: reg,
             _state: state,
         })

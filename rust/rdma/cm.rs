@@ -113,7 +113,9 @@ pub struct ConnParam<'a> {
     pub responder_resources: u8,
     /// RDMA READs and atomics this side may have outstanding against the peer.
     pub initiator_depth: u8,
-    /// Transport retries (connect only).
+    /// Transport retries (connect only; both sides' QPs take it from the request). The
+    /// default, 6, makes a request to a peer that vanished fail after 7 ACK timeouts (3.8 s
+    /// with rdma_cm's RoCE timeout) on every device; soft-RoCE retries for ever with 7.
     pub retry_count: u8,
     /// Receiver-not-ready retries (7: without limit).
     pub rnr_retry_count: u8,
@@ -130,7 +132,7 @@ impl Default for ConnParam<'_> {
             private_data: &[],
             responder_resources: 1,
             initiator_depth: 1,
-            retry_count: 7,
+            retry_count: 6,
             rnr_retry_count: 7,
             qp_num: 0,
             qkey: 0,

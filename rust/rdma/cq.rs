@@ -39,7 +39,7 @@ use core::{
 
 pub mod wc;
 
-pub use wc::{Wc, WcOpcode, WcStatus};
+pub use wc::{Invalidation, Wc, WcOpcode, WcStatus};
 
 /// Where the completion handlers of a CQ run (`enum ib_poll_context`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

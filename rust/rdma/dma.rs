@@ -36,7 +36,7 @@ use core::{marker::PhantomData, mem::ManuallyDrop, ops::Range};
 mod page;
 mod sg;
 
-pub use page::DmaPage;
+pub use page::{copy_from_pages, copy_to_pages, DmaPage};
 pub(crate) use sg::page_table;
 pub use sg::{DmaSg, MAX_SG_PAGES};
 
@@ -285,6 +285,11 @@ impl<D: Direction> DmaBuf<D> {
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         self.sync(0..self.len(), false);
         &mut self.buf
+    }
+
+    /// Syncs the whole buffer for the device (`for_device`) or the CPU.
+    pub(crate) fn sync_all(&self, for_device: bool) {
+        self.sync(0..self.len(), for_device);
     }
 
     fn sync(&self, r: Range<usize>, for_device: bool) {

@@ -24,7 +24,7 @@
 //! [`SendOps::local_inv`]: super::wr::SendOps::local_inv
 
 use super::{
-    cq::Wc,
+    cq::{Invalidation, Wc},
     defer::{Deferred, Teardown},
     dma::{DmaBuf, DmaSg},
     pd::Pd,
@@ -367,14 +367,39 @@ impl Mr {
         }
     }
 
+    /// Lends the mapped buffer ([`Mr::map`]) to `f` as a slice, while no registration of it
+    /// is live: never registered, or invalidated since (by the peer, [`Mr::invalidated_by`], or
+    /// by a completed LOCAL_INV). Only then can no peer reach the memory, so it may be read and
+    /// written like any other: a storage initiator copies a write's data in before it
+    /// registers the MR, and a read's data out after the target revoked the rkey. Synced for
+    /// the CPU before `f` and for the device after.
+    ///
+    /// `EBUSY` while registered; `EINVAL` if the MR maps nothing or a scatterlist
+    /// ([`Mr::map_sg`], whose pages are not one slice).
+    pub fn with_buf<R>(&mut self, f: impl FnOnce(&mut [u8]) -> R) -> Result<R> {
+        if self.is_registered() {
+            return Err(EBUSY);
+        }
+        match &mut self.raw.get_mut().mem {
+            Some(Mem::Buf(b)) => {
+                let r = f(b.as_mut_slice());
+                b.sync_all(true);
+                Ok(r)
+            }
+            _ => Err(EINVAL),
+        }
+    }
+
     /// The rkey the peer uses.
     pub fn rkey(&self) -> u32 {
         // SAFETY: `ptr` is valid (invariant).
         unsafe { (*self.raw.ptr).rkey }
     }
 
-    /// The I/O virtual address the MR maps its memory at.
-    pub(crate) fn iova(&self) -> u64 {
+    /// The I/O virtual address the MR maps its memory at: with [`Mr::rkey`], what a command
+    /// posted in the same request as the MR's registration names (before the registration is
+    /// posted, [`Mr::remote`] refuses to hand them out).
+    pub fn iova(&self) -> u64 {
         // SAFETY: `ptr` is valid (invariant).
         unsafe { (*self.raw.ptr).iova }
     }
@@ -411,7 +436,14 @@ impl Mr {
     /// and this returns true. The peer can then no longer reach the memory, and the MR may be
     /// registered again ([`Mr::bump_key`] first, so the old rkey stays dead).
     pub fn invalidated_by(&self, wc: &Wc) -> bool {
-        if wc.invalidated_rkey() != Some(self.rkey()) {
+        wc.invalidation()
+            .is_some_and(|i| self.apply_invalidation(i))
+    }
+
+    /// Records a remote invalidation kept from a receive completion ([`Wc::invalidation`]), as
+    /// [`Mr::invalidated_by`] does; false (and nothing changes) if it revoked another rkey.
+    pub fn apply_invalidation(&self, inv: Invalidation) -> bool {
+        if inv.rkey() != self.rkey() {
             return false;
         }
         self.raw.registered.store(false, Ordering::Release);

@@ -5,11 +5,11 @@
 
 use crate::run::{register, Run};
 use crate::stats::Stats;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use kernel::new_spinlock_bh;
 use kernel::prelude::*;
 use kernel::rdma::{
-    cq::{Cq, Wc},
+    cq::{Cq, Wc, WcStatus},
     dma::DmaBuf,
     mr::{Mr, Remote},
     pd::Pd,
@@ -158,6 +158,9 @@ struct Ping {
     last_round: bool,
 }
 
+/// Watchdog ticks without a round trip after which a connection probes its peer.
+const QUIET_TICKS: u32 = 2000 / crate::watchdog::TICK_MS;
+
 /// One RC connection of a ping run.
 #[pin_data]
 pub(super) struct Conn {
@@ -170,6 +173,19 @@ pub(super) struct Conn {
     qp: SpinLockBh<Option<Arc<Qp<Rts>>>>,
     #[pin]
     st: SpinLockBh<Ping>,
+    /// The keep-alive request, while it is not posted.
+    #[pin]
+    probe: SpinLockBh<Option<Wr<Probe>>>,
+    /// Round trips at the last watchdog tick, and ticks since one was made.
+    seen: AtomicU64,
+    quiet: AtomicU32,
+}
+
+/// A keep-alive of a quiet connection: a zero-length RDMA WRITE, which fails once the peer is
+/// gone. RC has no keep-alive of its own: a side that waits for its peer, with nothing in
+/// flight, would never learn that the peer died (its host killed, its cable pulled).
+struct Probe {
+    conn: Arc<Conn>,
 }
 
 /// Slot numbers of [`Msg`]: the two sends and the receive.
@@ -197,6 +213,9 @@ impl Conn {
                 size,
                 ended: AtomicBool::new(false),
                 qp <- new_spinlock_bh!(None, "rdma_rust_ulp_cm_qp"),
+                probe <- new_spinlock_bh!(None, "rdma_rust_ulp_cm_probe"),
+                seen: AtomicU64::new(0),
+                quiet: AtomicU32::new(0),
                 st <- new_spinlock_bh!(Ping {
                     phase: Phase::Idle,
                     sends: [None, None],
@@ -261,6 +280,7 @@ impl Conn {
     pub(super) fn begin(self: &Arc<Self>, qp: Qp<Rts>, cq: &Cq) -> Result {
         let qp = Arc::new(qp, GFP_KERNEL)?;
         *self.qp.lock() = Some(qp.clone());
+        *self.probe.lock() = Some(Wr::new(Probe { conn: self.clone() }, GFP_KERNEL)?);
         if self.server {
             self.st.lock().phase = Phase::WaitSource;
             return Ok(());
@@ -516,6 +536,35 @@ impl Conn {
         self.st.lock().seq
     }
 
+    /// A watchdog tick (process context): after [`QUIET_TICKS`] ticks without a round trip the
+    /// connection probes its peer; a dead peer fails the probe, and the connection ends with
+    /// an error, after the QP's retries (3.8 s with the default ACK timeout and retry count).
+    pub(super) fn tick(&self) {
+        if self.ended.load(Ordering::Acquire) {
+            return;
+        }
+        let seq = self.round_trips();
+        if self.seen.swap(seq, Ordering::Relaxed) != seq {
+            self.quiet.store(0, Ordering::Relaxed);
+            return;
+        }
+        if self.quiet.fetch_add(1, Ordering::Relaxed) + 1 < QUIET_TICKS {
+            return;
+        }
+        self.quiet.store(0, Ordering::Relaxed);
+        let qp = self.qp.lock().clone();
+        // None: a probe is still out.
+        let (Some(qp), Some(wr)) = (qp, self.probe.lock().take()) else {
+            return;
+        };
+        if let Err(e) = qp.post_send(wr, |_, ops| {
+            ops.keepalive()?;
+            Ok(())
+        }) {
+            *self.probe.lock() = Some(e.wr);
+        }
+    }
+
     /// Frees the connection's QP and buffers (process context): the QP is drained first, so
     /// every request has come back.
     pub(super) fn teardown(&self) {
@@ -535,7 +584,8 @@ impl Conn {
                 st.sink.take(),
             )
         };
-        drop((sends, xfer, source, sink, qp));
+        let probe = self.probe.lock().take();
+        drop((sends, xfer, source, sink, probe, qp));
     }
 }
 
@@ -627,6 +677,19 @@ impl Completion for Xfer {
         }
         if wc.is_ok() {
             conn.xfer_done(wr);
+        }
+    }
+}
+
+impl Completion for Probe {
+    fn done(wr: Wr<Self>, wc: &Wc) {
+        let conn = wr.data().conn.clone();
+        // Not counted with the run's completions: a probe is not a message.
+        if !wc.is_ok() && wc.status() != WcStatus::WrFlushErr {
+            conn.fail(format_args!("keep-alive failed: {:?}", wc.status()));
+        }
+        if !conn.ended.load(Ordering::Acquire) {
+            *conn.probe.lock() = Some(wr);
         }
     }
 }

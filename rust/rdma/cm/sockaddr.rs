@@ -96,6 +96,50 @@ impl SockAddr {
         }
     }
 
+    /// The same address with port `port`.
+    pub fn with_port(self, port: u16) -> Self {
+        match self {
+            Self::V4(a) => Self::V4(SockAddrV4 { port, ..a }),
+            Self::V6(a) => Self::V6(SockAddrV6 { port, ..a }),
+        }
+    }
+
+    /// Parses an address as a control file or module parameter spells it, with port `port`:
+    /// dotted-quad IPv4, or IPv6 (`::` standing for one run of zero groups) with an optional
+    /// numeric scope (`fe80::1%3`). `None` for anything else.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::cm::{SockAddr, SockAddrV4};
+    ///
+    /// let a = SockAddr::parse(b"10.77.0.1", 7000);
+    /// assert_eq!(a, Some(SockAddr::from(SockAddrV4 { ip: [10, 77, 0, 1], port: 7000 })));
+    /// assert!(SockAddr::parse(b"fe80::1%2", 1).is_some_and(|a| a.is_link_local()));
+    /// assert!(SockAddr::parse(b"10.77.0.256", 1).is_none());
+    /// assert!(SockAddr::parse(b"1:2:3:4:5:6:7:8:9", 1).is_none());
+    /// ```
+    pub fn parse(text: &[u8], port: u16) -> Option<Self> {
+        if !text.contains(&b':') {
+            return Some(Self::V4(SockAddrV4 {
+                ip: parse_ipv4(text)?,
+                port,
+            }));
+        }
+        let (ip, scope_id) = match text.iter().position(|&c| c == b'%') {
+            Some(i) => (
+                &text[..i],
+                u32::try_from(decimal(&text[i + 1..], 10)?).ok()?,
+            ),
+            None => (text, 0),
+        };
+        Some(Self::V6(SockAddrV6 {
+            ip: parse_ipv6(ip)?,
+            port,
+            scope_id,
+        }))
+    }
+
     /// The address as the C API takes it.
     pub(crate) fn to_raw(self) -> bindings::__kernel_sockaddr_storage {
         // SAFETY: All-zeroes is a valid socket address storage (and the padding of both
@@ -153,6 +197,75 @@ impl SockAddr {
             }
         }
     }
+}
+
+/// A decimal number of 1 to `max_digits` digits.
+fn decimal(v: &[u8], max_digits: usize) -> Option<u64> {
+    if v.is_empty() || v.len() > max_digits {
+        return None;
+    }
+    v.iter().try_fold(0u64, |n, &d| {
+        d.is_ascii_digit().then(|| n * 10 + u64::from(d - b'0'))
+    })
+}
+
+/// Parses a dotted-quad IPv4 address.
+fn parse_ipv4(v: &[u8]) -> Option<[u8; 4]> {
+    let mut ip = [0u8; 4];
+    let mut parts = v.split(|&c| c == b'.');
+    for b in ip.iter_mut() {
+        *b = u8::try_from(decimal(parts.next()?, 3)?).ok()?;
+    }
+    parts.next().is_none().then_some(ip)
+}
+
+/// Parses the groups of an IPv6 address, `::` standing for one run of zero groups.
+fn parse_ipv6(v: &[u8]) -> Option<[u8; 16]> {
+    let groups = |s: &[u8], out: &mut [u16; 8]| -> Option<usize> {
+        if s.is_empty() {
+            return Some(0);
+        }
+        let mut n = 0;
+        for g in s.split(|&c| c == b':') {
+            if g.is_empty() || g.len() > 4 || n == 8 {
+                return None;
+            }
+            let mut x = 0u16;
+            for &c in g {
+                x = (x << 4) | u16::from((c as char).to_digit(16)? as u8);
+            }
+            out[n] = x;
+            n += 1;
+        }
+        Some(n)
+    };
+    let (mut head, mut tail) = ([0u16; 8], [0u16; 8]);
+    let elided = v.windows(2).position(|w| w == b"::");
+    let (nh, nt) = match elided {
+        Some(i) => {
+            let (nh, nt) = (groups(&v[..i], &mut head)?, groups(&v[i + 2..], &mut tail)?);
+            // `::` stands for at least one group.
+            if nh + nt > 7 {
+                return None;
+            }
+            (nh, nt)
+        }
+        None => (groups(v, &mut head)?, 0),
+    };
+    if elided.is_none() && nh != 8 {
+        return None;
+    }
+    let mut ip = [0u8; 16];
+    let all = head[..nh]
+        .iter()
+        .enumerate()
+        .chain(tail[..nt].iter().enumerate().map(|(i, g)| (8 - nt + i, g)));
+    for (i, g) in all {
+        let [hi, lo] = g.to_be_bytes();
+        ip[2 * i] = hi;
+        ip[2 * i + 1] = lo;
+    }
+    Some(ip)
 }
 
 impl fmt::Display for SockAddrV4 {

@@ -195,6 +195,13 @@ impl Wc {
         Some(unsafe { self.raw.ex.invalidate_rkey })
     }
 
+    /// The peer's remote invalidation this receive completion reports, as a value the owner of
+    /// the MR can keep until it has the MR in hand again
+    /// ([`Mr::apply_invalidation`](crate::rdma::mr::Mr::apply_invalidation)).
+    pub fn invalidation(&self) -> Option<Invalidation> {
+        self.invalidated_rkey().map(|rkey| Invalidation { rkey })
+    }
+
     /// Whether a UD receive buffer starts with the 40-byte GRH (always on RoCE).
     pub fn has_grh(&self) -> bool {
         self.is_ok() && self.raw.wc_flags & bindings::ib_wc_flags_IB_WC_GRH as i32 != 0
@@ -227,5 +234,22 @@ impl fmt::Debug for Wc {
             .field("byte_len", &self.byte_len())
             .field("qp_num", &self.qp_num())
             .finish()
+    }
+}
+
+/// A remote invalidation (SEND with invalidate) that a receive completion reported
+/// ([`Wc::invalidation`]). Only a completion makes one: it proves that the peer revoked
+/// `rkey`. A storage initiator whose response can arrive before its command's SEND has come
+/// back (with the MR inside it) keeps this until then. Apply it before the MR is registered
+/// again: 8-bit keys come round after 256 registrations.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Invalidation {
+    rkey: u32,
+}
+
+impl Invalidation {
+    /// The rkey the peer revoked.
+    pub fn rkey(&self) -> u32 {
+        self.rkey
     }
 }

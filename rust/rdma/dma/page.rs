@@ -8,12 +8,12 @@ use super::{check_mapping, copy_volatile, private, span, Bidirectional, Directio
 use crate::{
     alloc::flags::*,
     bindings,
-    error::{Error, Result},
+    error::{code::EINVAL, Error, Result},
     page::{Page, PAGE_SIZE},
     rdma::{pd::Pd, sync::sleepable},
     sync::Arc,
 };
-use core::{marker::PhantomData, mem::ManuallyDrop};
+use core::{marker::PhantomData, mem::ManuallyDrop, ops::Range};
 
 /// Copies between a page and a buffer, through a temporary mapping of the page, with volatile
 /// accesses (see [`copy_volatile`]).
@@ -40,6 +40,53 @@ pub(super) unsafe fn page_copy(
         }
         bindings::kunmap_local(base.cast());
     }
+}
+
+/// Calls `f(page, offset in page, range of the caller's buffer)` for each piece of
+/// `offset .. offset + len` of `pages` (taken end to end); `EINVAL` if the range is empty or
+/// does not lie inside their first `total` bytes.
+pub(super) fn pieces(
+    pages: &[Page],
+    total: usize,
+    offset: usize,
+    len: usize,
+    mut f: impl FnMut(&Page, usize, Range<usize>),
+) -> Result {
+    let r = span(offset, len, total.min(pages.len() * PAGE_SIZE))?;
+    let mut pos = r.start;
+    while pos < r.end {
+        let in_page = pos % PAGE_SIZE;
+        let n = (PAGE_SIZE - in_page).min(r.end - pos);
+        let page = pages.get(pos / PAGE_SIZE).ok_or(EINVAL)?;
+        f(page, in_page, pos - offset..pos - offset + n);
+        pos += n;
+    }
+    Ok(())
+}
+
+/// Copies `src` into `pages` (taken end to end) at `offset`: how a storage target fills the
+/// pages of an [`RwCtx`](crate::rdma::rw::RwCtx) it is about to WRITE to a peer. The pages
+/// are the caller's alone (`&mut`), so nothing else reads them meanwhile. `EINVAL` if `src`
+/// is empty or does not fit.
+pub fn copy_to_pages(pages: &mut [Page], offset: usize, src: &[u8]) -> Result {
+    let from = src.as_ptr().cast_mut();
+    pieces(pages, usize::MAX, offset, src.len(), |page, at, r| {
+        // SAFETY: `r` is inside `src` and `at + r.len()` inside the page (`pieces`).
+        unsafe { page_copy(page, at, from.add(r.start), r.end - r.start, true) }
+    })
+}
+
+/// Copies from `pages` (taken end to end) at `offset` into `dst`: the data an
+/// [`RwCtx`](crate::rdma::rw::RwCtx) READ brought, once [`RwCtx::into_pages`] gave the pages
+/// back. `EINVAL` if `dst` is empty or the range does not lie inside.
+///
+/// [`RwCtx::into_pages`]: crate::rdma::rw::RwCtx::into_pages
+pub fn copy_from_pages(pages: &[Page], offset: usize, dst: &mut [u8]) -> Result {
+    let out = dst.as_mut_ptr();
+    pieces(pages, usize::MAX, offset, dst.len(), |page, at, r| {
+        // SAFETY: `r` is inside `dst` and `at + r.len()` inside the page (`pieces`).
+        unsafe { page_copy(page, at, out.add(r.start), r.end - r.start, false) }
+    })
 }
 
 /// A page of memory DMA-mapped in direction `D` for the device of a [`Pd`] while it lives

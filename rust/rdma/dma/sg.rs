@@ -4,7 +4,10 @@
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 
-use super::{page::page_copy, private, span, Bidirectional, Direction, Mapped};
+use super::{
+    page::{page_copy, pieces},
+    private, Bidirectional, Direction, Mapped,
+};
 use crate::{
     alloc::{flags::*, KBox, KVec},
     bindings,
@@ -14,7 +17,7 @@ use crate::{
     sync::Arc,
     types::Opaque,
 };
-use core::{marker::PhantomData, mem::ManuallyDrop, ops::Range};
+use core::{marker::PhantomData, mem::ManuallyDrop};
 
 /// Most pages of one [`DmaSg`].
 pub const MAX_SG_PAGES: usize = 256;
@@ -203,33 +206,13 @@ impl<D: Direction> DmaSg<D> {
         }
     }
 
-    /// Calls `f(page, offset in page, range of the caller's buffer)` for each piece of
-    /// `offset .. offset + len`; `EINVAL` if it is empty or does not lie inside.
-    fn pieces(
-        &self,
-        offset: usize,
-        len: usize,
-        mut f: impl FnMut(&Page, usize, Range<usize>),
-    ) -> Result {
-        let r = span(offset, len, self.len())?;
-        let mut pos = r.start;
-        while pos < r.end {
-            let in_page = pos % PAGE_SIZE;
-            let n = (PAGE_SIZE - in_page).min(r.end - pos);
-            let page = self.pages.get(pos / PAGE_SIZE).ok_or(EINVAL)?;
-            f(page, in_page, pos - offset..pos - offset + n);
-            pos += n;
-        }
-        Ok(())
-    }
-
     /// Copies `dst.len()` bytes from `offset` into `dst`, after syncing for the CPU, with
     /// volatile reads (the pages may belong to a registered memory region). `EINVAL` if the
     /// range is empty or not inside.
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result {
         self.sync(false);
         let out = dst.as_mut_ptr();
-        self.pieces(offset, dst.len(), |page, at, r| {
+        pieces(&self.pages, self.len(), offset, dst.len(), |page, at, r| {
             // SAFETY: `r` is inside `dst` and `at + r.len()` inside the page (`pieces`).
             unsafe { page_copy(page, at, out.add(r.start), r.end - r.start, false) }
         })
@@ -240,7 +223,7 @@ impl<D: Direction> DmaSg<D> {
     pub fn write(&mut self, offset: usize, src: &[u8]) -> Result {
         self.sync(false);
         let from = src.as_ptr().cast_mut();
-        self.pieces(offset, src.len(), |page, at, r| {
+        pieces(&self.pages, self.len(), offset, src.len(), |page, at, r| {
             // SAFETY: `r` is inside `src` and `at + r.len()` inside the page (`pieces`).
             unsafe { page_copy(page, at, from.add(r.start), r.end - r.start, true) }
         })?;

@@ -35,7 +35,10 @@ pub struct RcParams {
     /// soft-RoCE on a loaded host retransmit multi-packet WRITEs whose first copy is still
     /// on its way, which its responder can answer with a remote invalid request error.
     pub timeout: u8,
-    /// Transport retries.
+    /// Transport retries. The default, 6, bounds how long a request to a dead peer takes to
+    /// fail: 7 tries of `timeout` each (3.8 s with the default timeout), then
+    /// `RetryExcErr`. The IB maximum, 7, is read as "for ever" by soft-RoCE (as 7 RNR retries
+    /// are everywhere), so a ULP using it there never learns that its peer is gone.
     pub retry_cnt: u8,
     /// RNR retries (7 = infinite).
     pub rnr_retry: u8,
@@ -48,7 +51,7 @@ impl Default for RcParams {
             max_rd_atomic: 8,
             min_rnr_timer: 12,
             timeout: 17,
-            retry_cnt: 7,
+            retry_cnt: 6,
             rnr_retry: 7,
         }
     }

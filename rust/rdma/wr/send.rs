@@ -349,6 +349,17 @@ impl<'a> SendOps<'a> {
         Ok(self)
     }
 
+    /// A zero-length RDMA WRITE, which names no memory on either side: the peer's responder
+    /// acknowledges it without touching memory or consuming a receive (IBA C9-88; it needs
+    /// remote write access, which rdma_cm gives every RC QP). A keep-alive: it completes while
+    /// the peer lives and fails with `RetryExcErr` once it is gone, after the QP's retries.
+    /// RC only.
+    pub fn keepalive(&mut self) -> Result<&mut Self> {
+        let wr = self.push(bindings::ib_wr_opcode_IB_WR_RDMA_WRITE, List::Fixed)?;
+        set_remote(wr, Remote { addr: 0, rkey: 0 });
+        Ok(self)
+    }
+
     /// RDMA WRITE `range` of `src` to `remote`, then consume a receive at the peer, whose
     /// completion carries `imm`.
     pub fn write_imm<M: Gather + ?Sized>(

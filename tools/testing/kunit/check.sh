@@ -37,15 +37,17 @@ log "clippy: kernel::rdma"
 clippy_warnings() {
 	grep -E '^(warning|error)' -A3 "$1" | grep -B3 -E -- "--> .*$2" | grep -E '^(warning|error)|-->' || true
 }
-w=$(clippy_warnings "$LOGS/clippy-kernel.log" 'rust/kernel/rdma/')
-[ -z "$w" ] || { echo "$w" >&2; echo "check: clippy warnings in kernel::rdma" >&2; fail=1; }
+# kernel::rdma, and kernel::block::mq, which the overlay extends.
+w=$(clippy_warnings "$LOGS/clippy-kernel.log" 'rust/kernel/(rdma|block)/')
+[ -z "$w" ] || { echo "$w" >&2; echo "check: clippy warnings in kernel::rdma or kernel::block" >&2; fail=1; }
 
 samples=()
 for s in "$PROJECT_DIR"/samples/rdma_rust/*.rs; do
 	n=$(basename "$s" .rs)
 	samples+=("rdma_rust_samples:CONFIG_SAMPLE_${n^^}:$n.o")
 done
-for spec in rdma_rust_ulp:CONFIG_RDMA_RUST_ULP:ulp_main.o rdma_kunit:CONFIG_RDMA_RUST_KUNIT:rdma_kunit_tests.o \
+for spec in rdma_rust_ulp:CONFIG_RDMA_RUST_ULP:ulp_main.o rdma_rust_blk:CONFIG_RDMA_RUST_BLK:blk_main.o \
+	rdma_kunit:CONFIG_RDMA_RUST_KUNIT:rdma_kunit_tests.o \
 	"${samples[@]}"; do
 	IFS=: read -r name opt obj <<< "$spec"
 	log "clippy: $name ($obj)"

@@ -234,6 +234,105 @@ cm_peer_b_link_delete_client() {
 	since_mark | grep -q "rdma_rust_ulp: rxe0: detached (1 runs stopped)" || { since_mark; return 1; }
 }
 
+# --- The peer killed mid-connection: the host kills the victim guest's QEMU
+# (SIGKILL: no FIN, no DREQ, no goodbye; the wire just goes quiet) while the
+# survivor has runs going to it: an RC SEND run (endpoints by hand), an rdma_cm
+# client run to the victim's server, and a connection of the victim's client to
+# the survivor's server. The survivor's client runs must end with an error
+# within KILL_BOUND_S of the kill: each request to the dead peer is sent 7 times
+# (retry count 6, the kernel::rdma default), the ACK timeout apart (4.096 us *
+# 2^17 = 537 ms, what rdma_cm gives RoCE), then fails with RetryExcErr: 3.8 s
+# after the last ACK. RC itself has no keep-alive: a side waiting for its peer
+# with nothing in flight (a ping client between round trips, found by this
+# test) would wait for ever, so the ULP's CM connections probe a peer quiet for
+# 2 s with a zero-length RDMA WRITE, which fails the same way: at most ~7 s.
+# The bound allows for that, for TCG, and for the host's reaper (it looks for
+# the victim's word twice a second). The server's connection fails too, and
+# stopping the server run frees it. UD is left out: a UD sender completes
+# whether anyone listens, and a UD receiver cannot tell silence from death.
+KILL_BOUND_S=15
+VICTIM=10.88.0.2 SURVIVOR=10.88.0.1
+# victim_serve: the victim's side; ends with the host killing this guest. rxe0
+# and the ULP come back if an earlier test took them away.
+victim_serve() {
+	local id ea
+	[ -e /sys/class/infiniband/rxe0 ] || add_rxe rxe0 eth0 || return 1
+	[ -d $ULP ] || insmod $ULP_KO || return 1
+	[ "$(nc_recv 5031)" = listening ] || { echo "the survivor did not start"; return 1; }
+	ulp_ctl start role=server dev=rxe0 mode=rc op=send size=4096 count=$HUGE || return 1
+	id=$(ulp_last_id)
+	nc_send $SURVIVOR 5032 "$(ulp_endpoint "$id")" || return 1
+	ea=$(nc_recv 5033); [ -n "$ea" ] || { echo "no endpoint from the survivor"; return 1; }
+	ulp_ctl connect id="$id" peer="$ea" || return 1
+	ulp_ctl start cm=server addr=$VICTIM port=7310 size=4096 count=$HUGE || return 1
+	ulp_cm_start cm=client addr=$SURVIVOR port=7311 size=4096 count=$HUGE || return 1
+	nc_send $SURVIVOR 5034 ready || return 1
+	[ "$(nc_recv 5035)" = kill ] || { echo "no word from the survivor"; return 1; }
+	# run.sh's reaper kills this guest's QEMU when it sees this on the console.
+	say "rdmatest: kill this guest"
+	sleep 600
+}
+
+# kill_watch ID...: waits up to KILL_BOUND_S seconds after $kill_t0 for each
+# run to be over (state ended: its requests are back, and `wait` frees what it
+# holds; or done), writing "ID MS" (MS since $kill_t0) to /tmp/kill-ends.
+kill_watch() {
+	local kw_id kw_left=$* kw_rest
+	: > /tmp/kill-ends
+	while [ -n "$kw_left" ] && [ $(( $(uptime_ms) - kill_t0 )) -lt $((KILL_BOUND_S * 1000)) ]; do
+		kw_rest=
+		for kw_id in $kw_left; do
+			if [ "$(ulp_stat "$kw_id" state)" != running ]; then
+				echo "$kw_id $(( $(uptime_ms) - kill_t0 ))" >> /tmp/kill-ends
+			else
+				kw_rest="$kw_rest $kw_id"
+			fi
+		done
+		kw_left=$kw_rest
+		sleep 0.1
+	done
+	[ -z "$kw_left" ] || { echo "runs$kw_left still running ${KILL_BOUND_S} s after the kill"; return 1; }
+}
+
+# survivor_cycle: one victim, started, used and killed; the survivor's runs end
+# with RetryExcErr within the bound, everything is freed, nothing hangs.
+survivor_cycle() {
+	local srv rc cm eb ends why=
+	baseline kill
+	wait_for 180 ping -c 1 -W 1 $VICTIM || { echo "the victim did not come up"; return 1; }
+	ulp_ctl start cm=server addr=$SURVIVOR port=7311 size=4096 count=$HUGE || return 1
+	srv=$(ulp_last_id)
+	nc_send $VICTIM 5031 listening || { ulp_ctl stop id="$srv"; echo "the victim did not answer"; return 1; }
+	eb=$(nc_recv 5032); [ -n "$eb" ] || { ulp_ctl stop all; echo "no endpoint from the victim"; return 1; }
+	ulp_ctl start role=client dev=rxe0 mode=rc op=send size=4096 count=$HUGE peer="$eb" hold=1 || return 1
+	rc=$(ulp_last_id)
+	nc_send $VICTIM 5033 "$(ulp_endpoint "$rc")" || return 1
+	[ "$(nc_recv 5034)" = ready ] || { ulp_ctl stop all; echo "the victim is not ready"; return 1; }
+	ulp_ctl go id="$rc" || return 1
+	ulp_cm_start cm=client addr=$VICTIM port=7310 size=4096 count=$HUGE || return 1
+	cm=$(ulp_last_id)
+	wait_for 60 all_moving "$rc" "$cm" "$srv" || { cat $ULP/stats; ulp_ctl stop all; echo "not all runs move data"; return 1; }
+	mark
+	nc_send $VICTIM 5035 kill || { ulp_ctl stop all; echo "the victim did not take the word"; return 1; }
+	kill_t0=$(uptime_ms)
+	kill_watch "$rc" "$cm" || why="runs did not end in time"
+	ulp_row "$rc"; ulp_row "$cm" | tail -n 1; ulp_row "$srv" | tail -n 1
+	while read -r id t; do
+		stress_say "peer kill: run $id ended with an error $t ms after the kill was asked (bound ${KILL_BOUND_S} s)"
+	done < /tmp/kill-ends
+	for id in $rc $cm; do
+		[ "$(ulp_stat "$id" errors)" -gt 0 ] || why="$why; run $id ended without an error"
+		since_mark | grep -q "run $id: .*RetryExcErr" || why="$why; run $id: no RetryExcErr in the log"
+		# Frees what the run holds; it reports the run's errors (EIO), which are expected.
+		timeout 30 sh -c "echo wait id=$id > $ULP/ctl" 2> /dev/null
+		[ $? != 124 ] || why="$why; wait id=$id hung"
+	done
+	# The server's connection to the dead client: stopped, promptly.
+	timeout 30 sh -c "echo stop id=$srv > $ULP/ctl" || why="$why; stopping the server run failed or hung"
+	back_to_baseline kill || why="$why; resources not back to the baseline"
+	[ -z "$why" ] || { since_mark | tail -n 30; echo "${why#; }"; return 1; }
+}
+
 mode_peer_a() {
 	suite_begin rdma_peer_a
 	check rxe0_on_eth0 setup_peer 10.88.0.1 fd88::1
@@ -253,6 +352,7 @@ mode_peer_a() {
 	check cm_ulp_ud_client_to_peer cm_peer_a_ud_client
 	check cm_ulp_multicast_sender cm_peer_a_mcast_sender
 	check cm_peer_link_delete_seen cm_peer_a_link_delete_server
+	check peer_killed_mid_connection survivor_cycle
 	cat $ULP/stats | while IFS= read -r l; do kmsg "rdmatest: peer-a: $l"; done
 	check ulp_rmmod timeout 30 rmmod rdma_rust_ulp
 	suite_end
@@ -305,4 +405,29 @@ mode_peer_b() {
 	cat $ULP/stats | while IFS= read -r l; do kmsg "rdmatest: peer-b: $l"; done
 	check ulp_rmmod timeout 30 rmmod rdma_rust_ulp
 	suite_end
+	# Last: peer-a's peer_killed_mid_connection kills this guest.
+	victim_serve
+}
+
+# `make stress`'s two guests: the survivor stays up while run.sh boots the
+# victim rdmatest.kills times, killing each mid-connection.
+mode_kill_survivor() {
+	local kills
+	kills=$(arg rdmatest.kills); kills=${kills:-1}
+	suite_begin rdma_peer_kill
+	check rxe0_on_eth0 setup_peer $SURVIVOR fd88::1
+	echo clear > /sys/kernel/debug/kmemleak 2>/dev/null
+	baseline none
+	check ulp_insmod insmod $ULP_KO
+	: > /tmp/stress-why
+	check peer_kill_cycles stress_kind peer_kill "$kills" survivor_cycle
+	[ ! -s /tmp/stress-why ] || cat /tmp/stress-why > /dev/console
+	check ulp_rmmod timeout 60 rmmod rdma_rust_ulp
+	check back_to_baseline back_to_baseline none
+	# The release kernel has no kmemleak.
+	[ "$(arg rdmatest.flavor)" = release ] || check kmemleak_clean kmemleak_clean
+	suite_end
+}
+mode_kill_victim() {
+	setup_peer $VICTIM fd88::2 && victim_serve
 }

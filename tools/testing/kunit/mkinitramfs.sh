@@ -18,7 +18,8 @@ done
 BINARIES=(/bin/ip /usr/bin/rdma /usr/bin/rping /usr/bin/udaddy /usr/bin/ucmatose
 	/usr/bin/ib_send_bw /usr/bin/ib_send_lat /usr/bin/ib_write_bw /usr/bin/ib_read_bw
 	/usr/bin/ib_write_lat
-	/usr/bin/ibv_devinfo /usr/bin/ibv_devices /usr/bin/ibv_rc_pingpong /usr/bin/ibv_ud_pingpong)
+	/usr/bin/ibv_devinfo /usr/bin/ibv_devices /usr/bin/ibv_rc_pingpong /usr/bin/ibv_ud_pingpong
+	/sbin/mke2fs /sbin/e2fsck)
 PROVIDERS=(/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so)
 # Loaded with dlopen (not seen by ldd): the verbs provider, and libgcc_s for
 # pthread_cancel at exit (rping aborts without it).
@@ -49,7 +50,8 @@ printf '127.0.0.1 localhost\n' > "$root/etc/hosts"
 # Kernel modules (rdma_rxe and its dependencies) with depmod's index.
 cp -a "$IMAGES/modroot/lib/modules" "$root/lib/"
 # The project's out-of-tree modules.
-cp "$MODBUILD/rdma_rust_ulp/rdma_rust_ulp.ko" "$MODBUILD/rdma_kunit/rdma_kunit.ko" \
+cp "$MODBUILD/rdma_rust_ulp/rdma_rust_ulp.ko" "$MODBUILD/rdma_rust_blk/rdma_rust_blk.ko" \
+	"$MODBUILD/rdma_kunit/rdma_kunit.ko" \
 	"$MODBUILD/rdma_kunit/rdma_kunit_orphan.ko" \
 	"$MODBUILD"/rdma_rust_samples/*.ko "$root/lib/modules/extra/"
 
@@ -60,6 +62,7 @@ cp "$KUNIT_DIR/guest-ulp.sh" "$root/lib/rdmatest/ulp.sh"
 cp "$KUNIT_DIR/guest-peers.sh" "$root/lib/rdmatest/peers.sh"
 cp "$KUNIT_DIR/guest-bench.sh" "$root/lib/rdmatest/bench.sh"
 cp "$KUNIT_DIR/guest-stress.sh" "$root/lib/rdmatest/stress.sh"
+cp "$KUNIT_DIR/guest-blk.sh" "$root/lib/rdmatest/blk.sh"
 # RDMATEST_SCRIPT=FILE: a script of one's own for the bench guest (BENCH_CASES=script).
 [ -z "${RDMATEST_SCRIPT:-}" ] || cp "$RDMATEST_SCRIPT" "$root/lib/rdmatest/script.sh"
 

@@ -12,12 +12,14 @@
 #
 # Environment: RDMA_RUST_CACHE (build cache), RDMA_RUST_LOGS (logs), SERIAL
 # (1: the topologies one after the other, the default below four cores),
-# VM_TIMEOUT (seconds per boot, default 2700; `stress`: 7200), PEER_COUNT/PEER_SIZE (rping
+# VM_TIMEOUT (seconds per boot, default 2700; `stress`: 7200), STRESS_KILLS (`stress`: times
+# the peer guest is killed mid-connection, default 5), STRESS_PART (`stress`: guest or
+# peers, one part only), PEER_COUNT/PEER_SIZE (rping
 # between the two guests), TOPOLOGY=loopback|peers|all (default all),
 # RDMATEST_EXTRA (more loopback-guest arguments; rdmatest.only=cm runs only the
 # rdma_cm suite there, rdmatest.only=traffic only the ULP traffic suite,
 # rdmatest.only=stress only the fault suite's short version,
-# rdmatest.only=samples only the samples/ suite,
+# rdmatest.only=samples only the samples/ suite, rdmatest.only=blk only rdma_rust_blk's,
 # rdmatest.only=kunit only the KUnit suites and the module unload check, for
 # quick iterations).
 . "$(dirname "$0")/lib.sh"
@@ -56,12 +58,19 @@ vm() {
 	local name=$1 cmdline=$2 rc status
 	shift 2
 	local log=$run_dir/$name.log
-	timeout -k 10 "$VM_TIMEOUT" nice -n "${VM_NICE:-0}" qemu-system-x86_64 \
+	# In a subshell whose stderr is the log: a guest killed by reaper takes
+	# timeout with it (it dies of its child's signal), and the shell's "Killed"
+	# goes there.
+	( timeout -k 10 "$VM_TIMEOUT" nice -n "${VM_NICE:-0}" qemu-system-x86_64 \
 		-nographic -no-reboot -monitor none -cpu max,la57=off -m "${VM_MEM:-512}" \
+		-pidfile "$run_dir/$name.pid" \
 		-kernel "$BZIMAGE" -initrd "$IMAGES/initramfs.cpio.gz" \
 		-append "console=ttyS0 panic=-1 oops=panic printk.devkmsg=on acpi=noirq watchdog_thresh=30 rcupdate.rcu_cpu_stall_timeout=60 log_buf_len=4M $cmdline" \
-		"$@" < /dev/null > "$log" 2>&1 && rc=0 || rc=$?
-	if [ $rc = 124 ] || [ $rc = 137 ]; then
+		"$@" < /dev/null > "$log" 2>&1; exit $? ) 2>> "$log" && rc=0 || rc=$?
+	if [ -e "$run_dir/$name.killed" ]; then
+		# Killed by reaper on the guest's request: its checks ended before that.
+		status=ok
+	elif [ $rc = 124 ] || [ $rc = 137 ]; then
 		status="timed out after ${VM_TIMEOUT}s (hang)"
 	elif [ $rc != 0 ]; then
 		status="qemu exited with $rc"
@@ -77,10 +86,29 @@ free_port() {
 	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
+# reaper NAME: SIGKILLs guest NAME's QEMU when the guest asks for it on its
+# console ("rdmatest: kill this guest"): for the survivor of a peer killed
+# mid-connection, the peer just goes quiet. Returns when the guest is gone.
+reaper() {
+	local log=$run_dir/$1.log pid
+	while [ ! -e "$run_dir/$1.status" ]; do
+		if grep -q 'rdmatest: kill this guest' "$log" 2> /dev/null; then
+			pid=$(cat "$run_dir/$1.pid" 2> /dev/null) || pid=
+			if [ -n "$pid" ]; then
+				touch "$run_dir/$1.killed"
+				kill -9 "$pid"
+				return 0
+			fi
+		fi
+		sleep 0.5
+	done
+}
+
 # peers NAME_A CMDLINE_A NAME_B CMDLINE_B: two guests joined by a QEMU network
 # backend: two RoCE hosts, rxe0 on each guest's virtio-net NIC. VM_NICE applies
-# to both. PEERS_NET=dgram (the default) joins them by UDP datagrams, one per
-# frame; PEERS_NET=socket by QEMU's TCP stream (a listens, b connects).
+# to both; b may ask to be killed (reaper). PEERS_NET=dgram (the default) joins
+# them by UDP datagrams, one per frame; PEERS_NET=socket by QEMU's TCP stream
+# (a listens, b connects).
 peers() {
 	local port net_a net_b
 	port=$(free_port)
@@ -108,7 +136,33 @@ peers() {
 	vm "$3" "$4" -smp 1 -netdev "$net_b" \
 		-device virtio-net-pci,netdev=n0,mac=52:54:00:88:00:02 &
 	local pb=$!
+	reaper "$3"
 	wait $pa $pb
+}
+
+# kill_pair CYCLES: `make stress`'s peer killed mid-connection: the survivor
+# (kill-survivor) stays up while the victim is booted CYCLES times
+# (kill-victim-N), each killed by reaper mid-connection. Joined by datagrams:
+# each new victim takes its predecessor's address and port.
+kill_pair() {
+	local port_a port_b i status=ok
+	port_a=$(free_port)
+	port_b=$(free_port)
+	[ "$port_b" != "$port_a" ] || port_b=$(free_port)
+	VM_NICE=10 vm kill-survivor "rdmatest=kill-survivor rdmatest.flavor=$FLAVOR rdmatest.kills=$1" -smp 1 \
+		-netdev "dgram,id=n0,local.type=inet,local.host=127.0.0.1,local.port=$port_a,remote.type=inet,remote.host=127.0.0.1,remote.port=$port_b" \
+		-device virtio-net-pci,netdev=n0,mac=52:54:00:88:00:01 &
+	local pa=$!
+	for i in $(seq 1 "$1"); do
+		VM_NICE=10 VM_TIMEOUT=900 vm "kill-victim-$i" "rdmatest=kill-victim" -smp 1 \
+			-netdev "dgram,id=n0,local.type=inet,local.host=127.0.0.1,local.port=$port_b,remote.type=inet,remote.host=127.0.0.1,remote.port=$port_a" \
+			-device virtio-net-pci,netdev=n0,mac=52:54:00:88:00:02 &
+		reaper "kill-victim-$i"
+		wait $!
+		[ -e "$run_dir/kill-victim-$i.killed" ] || status="victim $i was not killed: $(cat "$run_dir/kill-victim-$i.status")"
+	done
+	wait $pa
+	[ "$status" = ok ] || echo "$status" > "$run_dir/kill-survivor.status"
 }
 
 # The test topology's two guests. ib_core.force_mr=1: peer-a runs rdma_storage
@@ -192,12 +246,23 @@ if [ "$mode" = stress ]; then
 	else
 		nrc=${STRESS_RC:-10000} nud=${STRESS_UD:-10000}
 	fi
-	log "one guest on the $FLAVOR kernel: the fault suite, $cycles cycles of each fault (log: $run_dir/stress.log)"
-	VM_TIMEOUT=${STRESS_TIMEOUT:-7200} vm stress "rdmatest=stress rdmatest.flavor=$FLAVOR rdmatest.cycles=$cycles rdmatest.hostile=${STRESS_HOSTILE:-1000} rdmatest.rc_messages=$nrc rdmatest.ud_datagrams=$nud" \
-		-smp 2 -net none
-	guests+=(--guest "stress=$run_dir/stress.log=$(cat "$run_dir/stress.status")")
-	expect+=,rdma_setup,rdma_stress
-	[ "$FLAVOR" = release ] || expect+=,rdma_leaks
+	# STRESS_PART=guest (the one-guest faults) or peers (the peer killed): one part only.
+	part=${STRESS_PART:-all}
+	if [ "$part" != peers ]; then
+		log "one guest on the $FLAVOR kernel: the fault suite, $cycles cycles of each fault (log: $run_dir/stress.log)"
+		VM_TIMEOUT=${STRESS_TIMEOUT:-7200} vm stress "rdmatest=stress rdmatest.flavor=$FLAVOR rdmatest.cycles=$cycles rdmatest.hostile=${STRESS_HOSTILE:-1000} rdmatest.rc_messages=$nrc rdmatest.ud_datagrams=$nud" \
+			-smp 2 -net none
+		guests+=(--guest "stress=$run_dir/stress.log=$(cat "$run_dir/stress.status")")
+		expect+=,rdma_setup,rdma_stress
+		[ "$FLAVOR" = release ] || expect+=,rdma_leaks
+	fi
+	if [ "$part" != guest ]; then
+		kills=${STRESS_KILLS:-5}
+		log "two guests on the $FLAVOR kernel: the peer's QEMU killed mid-connection, $kills times (log: $run_dir/kill-survivor.log)"
+		kill_pair "$kills"
+		guests+=(--guest "kill=$run_dir/kill-survivor.log=$(cat "$run_dir/kill-survivor.status")")
+		expect+=,rdma_peer_kill
+	fi
 	TOPOLOGY=none
 fi
 if [ "$TOPOLOGY" != peers ] && [ "$TOPOLOGY" != none ]; then
@@ -228,7 +293,8 @@ if [ "$TOPOLOGY" != peers ] && [ "$TOPOLOGY" != none ]; then
 	*rdmatest.only=traffic*) expect+=,rdma_ulp_traffic ;;
 	*rdmatest.only=stress*) expect+=,rdma_stress ;;
 	*rdmatest.only=samples*) expect+=,rdma_samples ;;
-	*) expect+=,rdma_setup,$kunit,rdma_rust_ulp,rdma_ulp_traffic,rdma_ulp_cm,rdma_samples,rdma_loopback,rdma_stress,rdma_leaks ;;
+	*rdmatest.only=blk*) expect+=,rdma_blk ;;
+	*) expect+=,rdma_setup,$kunit,rdma_rust_ulp,rdma_ulp_traffic,rdma_ulp_cm,rdma_samples,rdma_blk,rdma_loopback,rdma_stress,rdma_leaks ;;
 	esac
 fi
 if [ "$TOPOLOGY" != loopback ] && [ "$TOPOLOGY" != none ]; then
@@ -241,21 +307,24 @@ python3 "$KUNIT_DIR/ktap_collect.py" --expect "$expect" "${guests[@]}" \
 	--rename peer_a:rdma_storage=rdma_storage_mr --out "$run_dir/results.ktap"
 python3 "$KSRC/tools/testing/kunit/kunit.py" parse --json="$run_dir/results.json" \
 	< "$run_dir/results.ktap" | tee "$run_dir/kunit.txt" || true
-grep -h 'rdmatest: rping' "$run_dir"/peer-b.log 2>/dev/null | sed 's/^\[[ 0-9.]*\] //' || true
+grep -h 'rdmatest: rping\|rdmastress: peer kill' "$run_dir"/peer-[ab].log 2>/dev/null | sed 's/^\[[ 0-9.]*\] //' || true
 
 log "build ${t_build}s, VMs ${t_vm}s; logs in $run_dir"
 # The fault suite's report: one line per kind of fault and guest.
 stress_report() {
-	awk -v k="$FLAVOR" 'BEGIN { printf "%-8s %-10s %-8s %8s %9s %10s\n", "kernel", "guest", "fault", "cycles", "failures", "wall time" }
+	awk -v k="$FLAVOR" 'BEGIN { printf "%-8s %-14s %-9s %8s %9s %10s\n", "kernel", "guest", "fault", "cycles", "failures", "wall time" }
 		/rdmastress: kind=/ { g = FILENAME; sub(".*/", "", g); sub("[.]log$", "", g); delete f
 			for (i = 1; i <= NF; i++) if (split($i, kv, "=") == 2) f[kv[1]] = kv[2]
-			printf "%-8s %-10s %-8s %8s %9s %9.1fs\n", k, g, f["kind"], f["cycles"], f["failures"], f["ms"] / 1000 }
+			printf "%-8s %-14s %-9s %8s %9s %9.1fs\n", k, g, f["kind"], f["cycles"], f["failures"], f["ms"] / 1000 }
 		/rdmastress: (rc messages|ud datagrams)=/ { sub(".*rdmastress: ", ""); more = more k ": " $0 "\n" }
 		/rdmastress: link add profile: ms [0-9]/ { sub(".*profile: ms ", ""); more = more k ": rdma link add, three times (ms): " $0 "\n" }
-		END { printf "%s", more }' "$@" | tee "$run_dir/stress.txt"
+		/rdmastress: peer kill: run [0-9]+ ended/ { for (i = 1; i <= NF; i++) if ($i == "error") t = $(i + 1)
+			kn++; if (t > kt) kt = t }
+		END { printf "%s", more
+			if (kn) printf "%s: peer killed: %d client runs ended with an error, at most %.1f s after the kill was asked\n", k, kn, kt / 1000 }' "$@" | tee "$run_dir/stress.txt"
 }
 if [ "$mode" = stress ]; then
-	stress_report "$run_dir/stress.log"
+	stress_report $(ls "$run_dir"/stress.log "$run_dir"/kill-survivor.log 2> /dev/null)
 elif grep -q 'rdmastress: kind=' "$run_dir/loopback.log" 2> /dev/null; then
 	stress_report "$run_dir/loopback.log"
 fi

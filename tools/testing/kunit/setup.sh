@@ -11,6 +11,8 @@ PACKAGES=(
 	make xz-utils cpio kmod python3
 	# the VM and its userspace
 	qemu-system-x86 busybox-static iproute2
+	# rdma_rust_blk's file system checks (mke2fs, e2fsck)
+	e2fsprogs
 	rdmacm-utils perftest ibverbs-utils ibverbs-providers
 	# `make check`: the Documentation/ build
 	python3-sphinx

@@ -288,7 +288,9 @@ extern "C" fn rdma_kunit_rw_refusals() -> c_int {
 
 /// The NVMe-oF pattern: the initiator registers an MR and advertises it, the target WRITEs
 /// into it and answers with a SEND with invalidate of its rkey; the initiator sees the rkey
-/// invalidated, the MR knows it, and a later access with the old rkey fails. READ with
+/// invalidated (kept as an `Invalidation` and applied), the MR knows it and lends its buffer
+/// only from then on, and a later access with the old rkey fails; a zero-length WRITE (a
+/// keep-alive) is acknowledged by a live peer. READ with
 /// invalidate, which soft-RoCE takes but does not carry out, is refused on a port that is not
 /// iWARP.
 #[no_mangle]
@@ -308,6 +310,23 @@ extern "C" fn rdma_kunit_rw_remote_invalidate() -> c_int {
             Err(e) if e.err == EBUSY => e.wr.into_inner().payload,
             _ => return Err(EINVAL),
         };
+        let mut mr = mr;
+        // While registered, the buffer is the peer's: not lent out.
+        check!(
+            mr.with_buf(|_| ()).err() == Some(EBUSY),
+            "a registered MR lends its buffer"
+        );
+        // A zero-length WRITE names no memory: the peer acknowledges it.
+        post_one(
+            &p.a,
+            filled(&p.pd, 64, 4)?,
+            WcStatus::Success,
+            WcOpcode::RdmaWrite,
+            |_, ops| {
+                ops.keepalive()?;
+                Ok(())
+            },
+        )?;
         let rs = sink::<DmaBuf>()?;
         post_recv(&p.b, &rs, 64)?;
         post_one(
@@ -328,8 +347,14 @@ extern "C" fn rdma_kunit_rw_remote_invalidate() -> c_int {
             r.wc.invalidated_rkey(),
             remote.rkey
         );
+        // Kept as a value, applied later (the storage initiator's way): it takes.
+        let inv = r.wc.invalidation().ok_or(EINVAL)?;
         check!(
-            mr.invalidated_by(&r.wc),
+            inv.rkey() == remote.rkey,
+            "the invalidation names another rkey"
+        );
+        check!(
+            mr.apply_invalidation(inv),
             "the MR did not take the invalidation"
         );
         check!(
@@ -337,11 +362,10 @@ extern "C" fn rdma_kunit_rw_remote_invalidate() -> c_int {
             "an invalidated MR still hands out its rkey"
         );
         check!(
-            matches(&mr_bytes(&mr)?, 5),
+            mr.with_buf(|b| matches(b, 5)) == Ok(true),
             "the WRITE before the SEND is not in place"
         );
         // Registered again under a new key, it works again...
-        let mut mr = mr;
         mr.bump_key();
         let mr = register(&p.b, mr, Access::REMOTE_WRITE)?;
         let fresh = mr.remote()?;

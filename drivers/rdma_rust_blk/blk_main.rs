@@ -1,0 +1,589 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! rdma_rust_blk: a block-storage ULP over kernel::rdma, in the style of iSER and NVMe over
+//! Fabrics, with both roles in one module.
+//!
+//! Control, through `/sys/kernel/debug/rdma_rust_blk/ctl` (one command per write):
+//!
+//! - `export name=NAME size=BYTES addr=IP port=N`: a target exports a new RAM volume;
+//! - `unexport name=NAME`: ends its connections and frees it;
+//! - `connect addr=IP port=N name=NAME [queues=N] [depth=N]`: an initiator connects to the
+//!   volume and serves it as the disk `rrbdN` (its index is the lowest free one);
+//! - `disconnect dev=rrbdN`: removes the disk and ends its connections.
+//!
+//! `status` lists the volumes and disks. A malformed command is refused with `EINVAL` and a
+//! message, and changes nothing. When an RDMA device goes away (`rdma link delete`), the
+//! exports and disks on it go first; unloading the module removes everything.
+//!
+//! The wire protocol is in [`proto`], the roles in [`target`] and [`initiator`].
+
+use core::sync::atomic::{AtomicPtr, Ordering};
+use kernel::rdma::{
+    client::{Client, ClientStorage, Registration},
+    cm::SockAddr,
+    device::Device,
+};
+use kernel::sync::{Arc, Mutex};
+use kernel::{c_str, ffi::c_char, new_mutex, prelude::*, str::CStr};
+
+// In dependency order: each module uses only those above it.
+mod initiator;
+mod proto;
+mod target;
+
+use initiator::{ConnectSpec, Disk, MAX_QUEUES};
+use proto::{Name, MAX_DEPTH};
+use target::{Export, Volume, MAX_VOLUME};
+
+module! {
+    type: RustBlk,
+    name: "rdma_rust_blk",
+    author: "rdma-rust developers",
+    description: "Block storage over RDMA in Rust: RAM volumes exported and served as disks",
+    license: "GPL",
+}
+
+extern "C" {
+    fn rdma_rust_blk_seq_write(m: *mut core::ffi::c_void, s: *const u8, len: usize);
+    fn rdma_rust_blk_debugfs_init() -> i32;
+    fn rdma_rust_blk_debugfs_exit();
+}
+
+/// The module's state.
+#[pin_data]
+struct State {
+    #[pin]
+    exports: Mutex<KVec<Arc<Export>>>,
+    /// Disk `rrbdN` is entry `N`.
+    #[pin]
+    disks: Mutex<KVec<Option<Disk>>>,
+}
+
+/// The state while the module is loaded; set before the debugfs files exist and cleared
+/// after they are gone and the client is unregistered.
+static STATE: AtomicPtr<State> = AtomicPtr::new(core::ptr::null_mut());
+
+fn state() -> Result<&'static State> {
+    let p = STATE.load(Ordering::Acquire);
+    // SAFETY: A non-null `STATE` points at the state owned by the module, which clears it only
+    // after the debugfs files are removed and the client unregistered, that is, after the last
+    // caller of `state()` has returned.
+    unsafe { p.as_ref() }.ok_or(ENODEV)
+}
+
+struct RustBlk {
+    // Dropped in this order: the client first (its `remove` needs the state), then `STATE`
+    // is cleared, then the state goes.
+    _reg: Registration<BlkClient>,
+    _published: Published,
+    state: Pin<KBox<State>>,
+}
+
+/// Clears `STATE` when dropped.
+struct Published;
+
+impl Drop for Published {
+    fn drop(&mut self) {
+        STATE.store(core::ptr::null_mut(), Ordering::Release);
+    }
+}
+
+impl kernel::Module for RustBlk {
+    fn init(_module: &'static ThisModule) -> Result<Self> {
+        let state = KBox::pin_init(
+            pin_init!(State {
+                exports <- new_mutex!(KVec::new(), "rdma_rust_blk_exports"),
+                disks <- new_mutex!(KVec::new(), "rdma_rust_blk_disks"),
+            }),
+            GFP_KERNEL,
+        )?;
+        STATE.store((&raw const *state).cast_mut(), Ordering::Release);
+        let reg = match Registration::<BlkClient>::new() {
+            Ok(r) => r,
+            Err(e) => {
+                STATE.store(core::ptr::null_mut(), Ordering::Release);
+                return Err(e);
+            }
+        };
+        // SAFETY: Creates the debugfs files; their callbacks use the state published above.
+        let ret = unsafe { rdma_rust_blk_debugfs_init() };
+        if ret < 0 {
+            pr_err!("cannot create the debugfs files: {ret}\n");
+            drop(reg);
+            STATE.store(core::ptr::null_mut(), Ordering::Release);
+            return Err(Error::from_errno(ret));
+        }
+        pr_info!("loaded\n");
+        Ok(RustBlk {
+            _reg: reg,
+            _published: Published,
+            state,
+        })
+    }
+}
+
+impl Drop for RustBlk {
+    fn drop(&mut self) {
+        // SAFETY: Removes the debugfs files; returns once no ctl or status call is running.
+        unsafe { rdma_rust_blk_debugfs_exit() };
+        // Everything goes before the client: the disks, then the exports.
+        let disks = core::mem::take(&mut *self.state.disks.lock());
+        for d in disks.into_iter().flatten() {
+            d.disconnect();
+        }
+        let exports = core::mem::take(&mut *self.state.exports.lock());
+        for e in exports {
+            e.close();
+        }
+        // `_reg` goes next; `STATE` is cleared once nothing can call `state()` any more.
+    }
+}
+
+struct BlkClient;
+
+impl Client for BlkClient {
+    const NAME: &'static CStr = c_str!("rdma_rust_blk");
+    type Data = KBox<()>;
+
+    fn storage() -> &'static ClientStorage {
+        static STORAGE: ClientStorage = ClientStorage::new();
+        &STORAGE
+    }
+
+    fn add(_dev: &Device) -> Result<KBox<()>> {
+        Ok(KBox::new((), GFP_KERNEL)?)
+    }
+
+    /// The device goes away: its disks and exports go first, before rdma_cm tears their ids
+    /// down under them.
+    fn remove(dev: &Device, _data: KBox<()>) {
+        let Ok(s) = state() else {
+            return;
+        };
+        let gone = {
+            let mut disks = s.disks.lock();
+            let mut gone = KVec::new();
+            for slot in disks.iter_mut() {
+                if slot.as_ref().is_some_and(|d| d.is_on(dev)) {
+                    if let Some(d) = slot.take() {
+                        // Without memory for the list, the disk is removed here, under the lock.
+                        let _ = gone.push(d, GFP_KERNEL);
+                    }
+                }
+            }
+            gone
+        };
+        for d in gone {
+            pr_info!(
+                "rrbd{}: {} is going away: disk removed\n",
+                d.index,
+                dev.name()
+            );
+            d.disconnect();
+        }
+        let closing = {
+            let mut exports = s.exports.lock();
+            let mut keep = KVec::new();
+            let mut closing = KVec::new();
+            for e in core::mem::take(&mut *exports) {
+                let to = if e.is_on(dev) {
+                    &mut closing
+                } else {
+                    &mut keep
+                };
+                let _ = to.push(e, GFP_KERNEL);
+            }
+            *exports = keep;
+            closing
+        };
+        for e in closing {
+            pr_info!(
+                "export {}: {} is going away: unexported\n",
+                e.volume.name,
+                dev.name()
+            );
+            e.close();
+        }
+    }
+}
+
+/// A parsed control command.
+enum Cmd {
+    Export {
+        name: Name,
+        size: u64,
+        addr: SockAddr,
+    },
+    Unexport {
+        name: Name,
+    },
+    Connect(ConnectSpec),
+    Disconnect {
+        index: u32,
+    },
+}
+
+/// A number with an optional `k`, `m` or `g` suffix (powers of 1024).
+fn parse_num(v: &[u8]) -> Option<u64> {
+    let (digits, mult) = match v.last()? {
+        b'k' | b'K' => (&v[..v.len() - 1], 1u64 << 10),
+        b'm' | b'M' => (&v[..v.len() - 1], 1 << 20),
+        b'g' | b'G' => (&v[..v.len() - 1], 1 << 30),
+        _ => (v, 1),
+    };
+    if digits.is_empty() || digits.len() > 19 {
+        return None;
+    }
+    let n = digits.iter().try_fold(0u64, |n, &d| {
+        if d.is_ascii_digit() {
+            n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+        } else {
+            None
+        }
+    })?;
+    n.checked_mul(mult)
+}
+
+/// Shows a byte string in a message, whatever it holds.
+struct Show<'a>(&'a [u8]);
+
+impl core::fmt::Display for Show<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        for &c in self.0.iter().take(64) {
+            if c.is_ascii_graphic() {
+                core::fmt::Write::write_char(f, c as char)?;
+            } else {
+                write!(f, "\\x{c:02x}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Refuses a command with `EINVAL` and says why.
+fn bad(what: core::fmt::Arguments<'_>) -> Error {
+    pr_err!("ctl: {what}\n");
+    EINVAL
+}
+
+/// Parses a command: a verb and `key=value` words, each key known to the verb and given once.
+fn parse(input: &[u8]) -> Result<Cmd> {
+    let line = match input.iter().position(|&c| c == b'\n') {
+        // One line, with its newline: nothing may follow it.
+        Some(i) if i + 1 == input.len() => &input[..i],
+        Some(_) => return Err(bad(format_args!("one command per write"))),
+        None => input,
+    };
+    let mut words = line
+        .split(|&c| c == b' ' || c == b'\t')
+        .filter(|w| !w.is_empty());
+    let verb = words
+        .next()
+        .ok_or_else(|| bad(format_args!("empty command")))?;
+    let keys: &[&[u8]] = match verb {
+        b"export" => &[b"name", b"size", b"addr", b"port"],
+        b"unexport" => &[b"name"],
+        b"connect" => &[b"addr", b"port", b"name", b"queues", b"depth"],
+        b"disconnect" => &[b"dev"],
+        _ => {
+            return Err(bad(format_args!(
+                "unknown command '{}' (export, unexport, connect, disconnect)",
+                Show(verb)
+            )))
+        }
+    };
+    let mut vals: [Option<&[u8]>; 5] = [None; 5];
+    for w in words {
+        let eq = w
+            .iter()
+            .position(|&c| c == b'=')
+            .ok_or_else(|| bad(format_args!("'{}' is not key=value", Show(w))))?;
+        let (k, v) = (&w[..eq], &w[eq + 1..]);
+        let i = keys
+            .iter()
+            .position(|&known| known == k)
+            .ok_or_else(|| bad(format_args!("{}: unknown key '{}'", Show(verb), Show(k))))?;
+        if v.is_empty() {
+            return Err(bad(format_args!("{}: empty value", Show(k))));
+        }
+        if vals[i].replace(v).is_some() {
+            return Err(bad(format_args!("{}: given twice", Show(k))));
+        }
+    }
+    let need = |i: usize| {
+        vals[i].ok_or_else(|| {
+            bad(format_args!(
+                "{}: {}= is missing",
+                Show(verb),
+                Show(keys[i])
+            ))
+        })
+    };
+    let number = |i: usize, min: u64, max: u64| -> Result<u64> {
+        let v = need(i)?;
+        parse_num(v)
+            .filter(|n| (min..=max).contains(n))
+            .ok_or_else(|| {
+                bad(format_args!(
+                    "{}={}: must be {min}..={max}",
+                    Show(keys[i]),
+                    Show(v)
+                ))
+            })
+    };
+    let name = |i: usize| {
+        let v = need(i)?;
+        Name::new(v).map_err(|_| {
+            bad(format_args!(
+                "name={}: 1 to 32 letters, digits, '-', '_' or '.'",
+                Show(v)
+            ))
+        })
+    };
+    let addr = |i: usize, port: u16| {
+        let v = need(i)?;
+        SockAddr::parse(v, port).ok_or_else(|| {
+            bad(format_args!(
+                "addr={}: not an IPv4 or IPv6 address",
+                Show(v)
+            ))
+        })
+    };
+    Ok(match verb {
+        b"export" => {
+            let size = number(1, 4096, MAX_VOLUME)?;
+            if size % u64::from(target::BLOCK) != 0 {
+                return Err(bad(format_args!(
+                    "size={size}: must be a multiple of {}",
+                    target::BLOCK
+                )));
+            }
+            let port = number(3, 1, 65535)? as u16;
+            Cmd::Export {
+                name: name(0)?,
+                size,
+                addr: addr(2, port)?,
+            }
+        }
+        b"unexport" => Cmd::Unexport { name: name(0)? },
+        b"connect" => {
+            let port = number(1, 1, 65535)? as u16;
+            let queues = if vals[3].is_some() {
+                number(3, 1, u64::from(MAX_QUEUES))?
+            } else {
+                1
+            };
+            let depth = if vals[4].is_some() {
+                number(4, 1, u64::from(MAX_DEPTH))?
+            } else {
+                32
+            };
+            Cmd::Connect(ConnectSpec {
+                addr: addr(0, port)?,
+                name: name(2)?,
+                queues: queues as u16,
+                depth: depth as u16,
+            })
+        }
+        _ => {
+            let v = need(0)?;
+            let index = v
+                .strip_prefix(b"rrbd")
+                .and_then(parse_num)
+                .filter(|&n| {
+                    n < 1024 && !v.ends_with(b"k") && !v.ends_with(b"m") && !v.ends_with(b"g")
+                })
+                .ok_or_else(|| bad(format_args!("dev={}: not an rrbd disk", Show(v))))?;
+            Cmd::Disconnect {
+                index: index as u32,
+            }
+        }
+    })
+}
+
+fn command(s: &State, cmd: Cmd) -> Result {
+    match cmd {
+        Cmd::Export { name, size, addr } => {
+            let mut exports = s.exports.lock();
+            if exports.iter().any(|e| e.volume.name == name) {
+                return Err(bad(format_args!("export: {name} is exported already")));
+            }
+            exports.reserve(1, GFP_KERNEL)?;
+            let volume = Volume::new(name, size).inspect_err(|e| {
+                pr_err!("export {name}: no volume of {size} bytes: {e:?}\n");
+            })?;
+            let export = Export::new(volume, addr)?;
+            pr_info!(
+                "export {name}: {size} bytes on {addr} ({})\n",
+                Show(
+                    export
+                        .device_name()
+                        .as_ref()
+                        .map_or(&b"?"[..], |n| n.as_bytes())
+                )
+            );
+            // Reserved above.
+            let _ = exports.push(export, GFP_KERNEL);
+            Ok(())
+        }
+        Cmd::Unexport { name } => {
+            let export = {
+                let mut exports = s.exports.lock();
+                let mut found = None;
+                let mut keep = KVec::with_capacity(exports.len(), GFP_KERNEL)?;
+                for e in core::mem::take(&mut *exports) {
+                    if e.volume.name == name {
+                        found = Some(e);
+                    } else {
+                        let _ = keep.push(e, GFP_KERNEL);
+                    }
+                }
+                *exports = keep;
+                found
+            };
+            let Some(export) = export else {
+                return Err(bad(format_args!("unexport: no volume {name}")));
+            };
+            export.close();
+            pr_info!("export {name}: unexported\n");
+            Ok(())
+        }
+        Cmd::Connect(spec) => {
+            // One connect at a time: the disk's index is taken until it is done.
+            let mut disks = s.disks.lock();
+            let index = disks
+                .iter()
+                .position(Option::is_none)
+                .unwrap_or(disks.len());
+            if index >= 1024 {
+                return Err(bad(format_args!("connect: 1024 disks already")));
+            }
+            if index == disks.len() {
+                disks.push(None, GFP_KERNEL)?;
+            }
+            let disk = Disk::connect(&spec, index as u32).inspect_err(|e| {
+                pr_err!("connect {} name={}: failed: {e:?}\n", spec.addr, spec.name);
+            })?;
+            pr_info!(
+                "rrbd{index}: {} of {} bytes on {} ({} queues of depth {})\n",
+                spec.name,
+                disk.conn.welcome.capacity,
+                spec.addr,
+                spec.queues,
+                spec.depth
+            );
+            disks[index] = Some(disk);
+            Ok(())
+        }
+        Cmd::Disconnect { index } => {
+            let disk = s
+                .disks
+                .lock()
+                .get_mut(index as usize)
+                .and_then(Option::take)
+                .ok_or_else(|| bad(format_args!("disconnect: no disk rrbd{index}")))?;
+            disk.disconnect();
+            pr_info!("rrbd{index}: disconnected\n");
+            Ok(())
+        }
+    }
+}
+
+/// The `status` text.
+fn status(s: &State, t: &mut Text) -> core::fmt::Result {
+    use core::fmt::Write;
+    use core::sync::atomic::Ordering::Relaxed;
+    writeln!(t, "volumes:")?;
+    for e in s.exports.lock().iter() {
+        let dev = e.device_name();
+        writeln!(
+            t,
+            "  {} size={} addr={} dev={} connections={} commands={} errors={}",
+            e.volume.name,
+            e.volume.size,
+            e.addr,
+            Show(dev.as_ref().map_or(&b"-"[..], |n| n.as_bytes())),
+            e.connections(),
+            e.commands.load(Relaxed),
+            e.errors.load(Relaxed)
+        )?;
+    }
+    writeln!(t, "disks:")?;
+    for d in s.disks.lock().iter().flatten() {
+        let c = &d.conn;
+        let (mut completed, mut errors) = (0, 0);
+        for q in c.queues.iter() {
+            completed += q.completed.load(Relaxed);
+            errors += q.errors.load(Relaxed);
+        }
+        writeln!(
+            t,
+            "  rrbd{} name={} target={} dev={} queues={} capacity={} block={} state={} in_flight={} completed={} errors={} timeouts={}",
+            d.index,
+            c.name,
+            c.addr,
+            Show(&c.dev_name),
+            c.queues.len(),
+            c.welcome.capacity,
+            c.welcome.block_size,
+            if c.dead_queues() == 0 { "live" } else { "failed" },
+            c.in_flight(),
+            completed,
+            errors,
+            c.timeouts.load(Relaxed)
+        )?;
+        write!(t, "    per_queue_completed=")?;
+        for (i, q) in c.queues.iter().enumerate() {
+            let sep = if i == 0 { "" } else { "," };
+            write!(t, "{sep}{}", q.completed.load(Relaxed))?;
+        }
+        writeln!(t)?;
+    }
+    Ok(())
+}
+
+/// Text built for a seq_file read.
+struct Text(KVec<u8>);
+
+impl core::fmt::Write for Text {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        self.0
+            .extend_from_slice(s.as_bytes(), GFP_KERNEL)
+            .map_err(|_| core::fmt::Error)
+    }
+}
+
+/// Entry point of a `ctl` write.
+///
+/// # Safety
+///
+/// `buf` must be valid for reads of `len` bytes for the duration of the call (the glue passes
+/// the copied user buffer). Process context.
+#[no_mangle]
+unsafe extern "C" fn rdma_rust_blk_ctl(buf: *const c_char, len: usize) -> i32 {
+    // SAFETY: Per the safety requirements.
+    let input = unsafe { core::slice::from_raw_parts(buf.cast::<u8>(), len) };
+    match state().and_then(|s| command(s, parse(input)?)) {
+        Ok(()) => 0,
+        Err(e) => e.to_errno(),
+    }
+}
+
+/// Entry point of a `status` read: writes the text into the seq_file `m`.
+///
+/// # Safety
+///
+/// `m` must be the seq_file of a read in progress. Process context.
+#[no_mangle]
+unsafe extern "C" fn rdma_rust_blk_status(m: *mut core::ffi::c_void) -> i32 {
+    let Ok(s) = state() else {
+        return ENODEV.to_errno();
+    };
+    let mut t = Text(KVec::new());
+    if status(s, &mut t).is_err() {
+        return ENOMEM.to_errno();
+    }
+    // SAFETY: `m` is the seq_file of the read in progress; the text lives for the call.
+    unsafe { rdma_rust_blk_seq_write(m, t.0.as_ptr(), t.0.len()) };
+    0
+}

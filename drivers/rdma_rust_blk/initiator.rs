@@ -1,0 +1,790 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The initiator: a disk, `/dev/rrbdN`, served by the connections to a target's volume.
+//!
+//! Each hardware queue of the disk is one RC connection ([`IoQueue`]). Each tag of a queue has
+//! an [`Io`] request of its own, posted again for every block request it carries: a command
+//! buffer and an MR that maps a bounce buffer of [`MAX_IO`] bytes. A block request's pages are
+//! never given to the adapter: a write's data is copied into the bounce buffer before the MR is
+//! registered (REG_MR, chained with the command's SEND), and a read's data is copied out only
+//! after the target's answer revoked the rkey (SEND with invalidate): from then on no peer can
+//! reach the buffer, which [`Mr::with_buf`] checks. So a block request can be ended at any
+//! time (an error, a timeout, a dead target) without waiting for the adapter, and the bounce
+//! buffer, which the queue owns, outlives every access the target could still make.
+//!
+//! A block request ends when both its answer has arrived and its command's SEND has come back
+//! (with the MR): whichever completes second ends it, in the CQ's softirq handler. The answer
+//! can come first, so the invalidation it reports is kept ([`Invalidation`]) until the MR is
+//! back.
+
+use crate::proto::{
+    Command, Hello, Name, Opcode, Refusal, Response, Welcome, CMD_LEN, MAX_DEPTH, MAX_IO, RESP_LEN,
+    SECTOR,
+};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use kernel::block::mq::{self, gen_disk::GenDisk, Op, Operations, Request, TagSet, TimeoutAction};
+use kernel::page::PAGE_SIZE;
+use kernel::prelude::*;
+use kernel::rdma::{
+    cm::{CmId, ConnParam, Event, Handler, Id, PortSpace, SockAddr},
+    cq::{Cq, Invalidation, PollContext, Wc, WcStatus},
+    device::Device,
+    dma::{DmaBuf, FromDevice, ToDevice},
+    mr::{Access, Mr},
+    pd::Pd,
+    qp::{Qp, QpCaps, Rts},
+    sync::{Completion as Signal, SpinLockBh},
+    wr::{Completion, Wr},
+};
+use kernel::sync::{Arc, ArcBorrow, Mutex};
+use kernel::types::ARef;
+use kernel::{new_mutex, new_spinlock_bh};
+
+/// How long address and route resolution may take.
+const RESOLVE_MS: u32 = 2000;
+/// How long a connection may take to be established (or refused).
+const CONNECT_MS: u32 = 10_000;
+/// How long a block request may wait for its answer before it fails (and its queue with it).
+pub(crate) const IO_TIMEOUT_MS: u32 = 15_000;
+/// Hardware queues of a disk at most.
+pub(crate) const MAX_QUEUES: u16 = 16;
+
+/// What a `connect` asks for.
+pub(crate) struct ConnectSpec {
+    pub(crate) addr: SockAddr,
+    pub(crate) name: Name,
+    pub(crate) queues: u16,
+    pub(crate) depth: u16,
+}
+
+/// The blk-mq operations of every rrbd disk.
+pub(crate) struct Blk;
+
+/// A disk's connections: the queue data of its request queue.
+pub(crate) struct Conn {
+    pub(crate) queues: KVec<Arc<IoQueue>>,
+    pub(crate) welcome: Welcome,
+    pub(crate) addr: SockAddr,
+    pub(crate) name: Name,
+    pub(crate) dev_name: KVec<u8>,
+    pub(crate) timeouts: AtomicU64,
+}
+
+/// One hardware queue: an RC connection to the target.
+#[pin_data]
+pub(crate) struct IoQueue {
+    index: u16,
+    qp: Arc<Qp<Rts>>,
+    #[pin]
+    slots: SpinLockBh<KVec<Slot>>,
+    /// Set once the connection failed: every request fails from then on.
+    dead: AtomicBool,
+    #[pin]
+    id: Mutex<Option<CmId<IniEv>>>,
+    pub(crate) completed: AtomicU64,
+    pub(crate) errors: AtomicU64,
+}
+
+/// A tag's state.
+#[derive(Default)]
+struct Slot {
+    /// The tag's request, when it is not posted.
+    io: Option<Wr<Io>>,
+    /// The block request in flight on the tag.
+    rq: Option<ARef<Request<Blk>>>,
+    /// The answer, once it arrived: its status, and the invalidation it reported.
+    answer: Option<(i32, Option<Invalidation>)>,
+}
+
+/// A tag's request: the command's buffer and the MR of the bounce buffer.
+struct Io {
+    q: Arc<IoQueue>,
+    tag: u16,
+    cmd: DmaBuf<ToDevice>,
+    mr: Mr,
+    /// What the command in flight asked, for the answer.
+    op: Opcode,
+    len: usize,
+}
+
+/// A posted receive for one answer.
+struct Answer {
+    q: Arc<IoQueue>,
+    buf: DmaBuf<FromDevice>,
+}
+
+impl Conn {
+    /// Hardware queues whose connection failed.
+    pub(crate) fn dead_queues(&self) -> usize {
+        self.queues
+            .iter()
+            .filter(|q| q.dead.load(Ordering::Acquire))
+            .count()
+    }
+
+    /// Block requests in flight.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.queues
+            .iter()
+            .map(|q| q.slots.lock().iter().filter(|s| s.rq.is_some()).count())
+            .sum()
+    }
+
+    /// Fails every queue: requests in flight end with `EIO`, and so will new ones. Process
+    /// context.
+    pub(crate) fn fail(&self, why: core::fmt::Arguments<'_>) {
+        for q in self.queues.iter() {
+            q.fail(why, true);
+        }
+    }
+
+    /// Ends the connections and frees them. Process context; the disk is gone (no request can
+    /// be queued any more).
+    pub(crate) fn close(&self) {
+        for q in self.queues.iter() {
+            q.close();
+        }
+    }
+}
+
+impl Drop for Conn {
+    /// Whatever path drops the connections (a connect that failed half way included), they
+    /// are ended and freed; [`Conn::close`] may have done it already. Process context: the
+    /// last reference goes with the disk or the registry.
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl IoQueue {
+    /// Marks the queue dead (once) and ends the block requests in flight with `EIO`; in
+    /// process context (`may_sleep`) also moves its QP to the error state, so that what is
+    /// posted comes back flushed (from a CQ handler the QP has failed already, or is closed
+    /// later). Any context but hard interrupts.
+    fn fail(&self, why: core::fmt::Arguments<'_>, may_sleep: bool) {
+        if !self.dead.swap(true, Ordering::AcqRel) {
+            pr_err!("queue {}: {why}: failing its I/O\n", self.index);
+        }
+        if may_sleep {
+            let _ = self.qp.set_error();
+        }
+        let n = self.slots.lock().len();
+        for tag in 0..n {
+            let rq = self.slots.lock().get_mut(tag).and_then(|s| {
+                s.answer = None;
+                s.rq.take()
+            });
+            if let Some(rq) = rq {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                let _ = Request::end(rq, Err(EIO));
+            }
+        }
+    }
+
+    /// Disconnects, drains and frees the queue's requests. Process context.
+    fn close(&self) {
+        self.dead.store(true, Ordering::Release);
+        if let Some(id) = self.id.lock().as_ref() {
+            let _ = id.disconnect();
+        }
+        let _ = self.qp.set_error();
+        let _ = self.qp.drain();
+        // Everything posted is back: what the slots hold (requests that hold the queue) goes.
+        let slots = core::mem::take(&mut *self.slots.lock());
+        for s in slots {
+            if let Some(rq) = s.rq {
+                let _ = Request::end(rq, Err(EIO));
+            }
+            drop(s.io);
+        }
+        // The id's handler holds the queue (to fail it): that link goes first, then the id,
+        // which is destroyed with the QP, when the queue goes.
+        let id = self.id.lock().take();
+        if let Some(id) = &id {
+            drop(id.handler().waiter.queue.lock().take());
+        }
+        drop(id);
+    }
+
+    /// Sends `rq`'s command on its tag. Any context (`queue_rq`).
+    fn submit(&self, rq: ARef<Request<Blk>>) -> Result {
+        let (op, len) = match rq.op() {
+            Op::Read => (Opcode::Read, rq.bytes()),
+            Op::Write => (Opcode::Write, rq.bytes()),
+            Op::Flush => (Opcode::Flush, 0),
+            Op::Discard => (Opcode::Discard, rq.bytes()),
+            _ => {
+                let _ = Request::end(rq, Err(EOPNOTSUPP));
+                return Ok(());
+            }
+        };
+        let tag = rq.tag() as usize;
+        let len_u = len as usize;
+        if self.dead.load(Ordering::Acquire) || len > MAX_IO {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+            let _ = Request::end(rq, Err(EIO));
+            return Ok(());
+        }
+        let taken = self.slots.lock().get_mut(tag).and_then(|s| s.io.take());
+        let Some(mut wr) = taken else {
+            // The tag's request is still out (a timed-out request's) or the queue is closing.
+            self.errors.fetch_add(1, Ordering::Relaxed);
+            let _ = Request::end(rq, Err(EIO));
+            return Ok(());
+        };
+        let io = wr.data_mut();
+        io.op = op;
+        io.len = len_u;
+        let data = matches!(op, Opcode::Read | Opcode::Write);
+        let mut failed = None;
+        if op == Opcode::Write {
+            // The MR is not registered (its last rkey was revoked): the buffer is ours.
+            match io.mr.with_buf(|b| match b.get_mut(..len_u) {
+                Some(b) => rq.copy_to_slice(b),
+                None => Err(EINVAL),
+            }) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) | Err(e) => failed = Some(e),
+            }
+        }
+        if data {
+            io.mr.bump_key();
+        }
+        let cmd = Command {
+            op,
+            tag: tag as u16,
+            len,
+            sector: rq.sector(),
+            addr: 0,
+            rkey: if data { io.mr.rkey() } else { 0 },
+        };
+        if let Some(e) = failed {
+            self.slots.lock()[tag].io = Some(wr);
+            let _ = Request::end(rq, Err(e));
+            return Ok(());
+        }
+        {
+            let mut s = self.slots.lock();
+            s[tag].rq = Some(rq);
+            s[tag].answer = None;
+        }
+        let access = if op == Opcode::Read {
+            Access::REMOTE_WRITE
+        } else {
+            Access::REMOTE_READ
+        };
+        let posted = self.qp.post_send(wr, |io, ops| {
+            if data {
+                ops.reg_mr(&io.mr, access)?;
+            }
+            let addr = if data { io.mr.iova() } else { 0 };
+            Command { addr, ..cmd }.encode(io.cmd.as_mut_slice());
+            ops.send(&io.cmd, 0..CMD_LEN)?;
+            Ok(())
+        });
+        if let Err(e) = posted {
+            let rq = {
+                let mut s = self.slots.lock();
+                s[tag].io = Some(e.wr);
+                s[tag].rq.take()
+            };
+            self.errors.fetch_add(1, Ordering::Relaxed);
+            if let Some(rq) = rq {
+                let _ = Request::end(rq, Err(EIO));
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the block request of `tag` if both its answer and its request are back.
+    /// Softirq (the CQ handler).
+    fn complete(&self, tag: usize) {
+        let (mut wr, mut rq, (status, inv)) = {
+            let mut slots = self.slots.lock();
+            let Some(s) = slots.get_mut(tag) else {
+                return;
+            };
+            if s.io.is_none() || s.rq.is_none() || s.answer.is_none() {
+                return;
+            }
+            match (s.io.take(), s.rq.take(), s.answer.take()) {
+                (Some(io), Some(rq), Some(a)) => (io, rq, a),
+                _ => return,
+            }
+        };
+        let io = wr.data_mut();
+        let data = matches!(io.op, Opcode::Read | Opcode::Write);
+        let mut result = if status == 0 {
+            Ok(())
+        } else {
+            Err(Error::from_errno(status))
+        };
+        // The target must have revoked the rkey of a command that named the buffer: without
+        // that the buffer is still open to it, and the tag cannot be used again.
+        let revoked = !data || inv.is_some_and(|i| io.mr.apply_invalidation(i));
+        if !revoked {
+            self.slots.lock()[tag].io = Some(wr);
+            self.errors.fetch_add(1, Ordering::Relaxed);
+            let _ = Request::end(rq, Err(EIO));
+            self.fail(
+                format_args!("an answer did not revoke the buffer's rkey"),
+                false,
+            );
+            return;
+        }
+        if result.is_ok() && io.op == Opcode::Read {
+            let len = io.len;
+            result = match io.mr.with_buf(|b| match b.get(..len) {
+                Some(b) => Request::copy_from_slice(&mut rq, b),
+                None => Err(EINVAL),
+            }) {
+                Ok(r) => r,
+                Err(e) => Err(e),
+            };
+        }
+        // The tag is free again before its block request ends (blk-mq may reuse it at once).
+        self.slots.lock()[tag].io = Some(wr);
+        if result.is_err() {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        self.completed.fetch_add(1, Ordering::Relaxed);
+        let _ = Request::end(rq, result);
+    }
+
+    /// Posts an answer receive; dropped if the QP is being drained.
+    fn post_answer(wr: Wr<Answer>) {
+        let qp = wr.data().q.qp.clone();
+        let _ = qp.post_recv(wr, |a, ops| {
+            ops.buf(&mut a.buf, 0..RESP_LEN)?;
+            Ok(())
+        });
+    }
+}
+
+impl Completion for Io {
+    fn done(wr: Wr<Self>, wc: &Wc) {
+        let q = wr.data().q.clone();
+        let tag = wr.data().tag as usize;
+        // Back in its slot in every case: a failed queue's requests are freed from there.
+        if let Some(s) = q.slots.lock().get_mut(tag) {
+            s.io = Some(wr);
+        }
+        if !wc.is_ok() {
+            if wc.status() != WcStatus::WrFlushErr {
+                q.fail(format_args!("a command failed: {:?}", wc.status()), false);
+            }
+            return;
+        }
+        q.complete(tag);
+    }
+}
+
+impl Completion for Answer {
+    fn done(mut wr: Wr<Self>, wc: &Wc) {
+        let q = wr.data().q.clone();
+        if !wc.is_ok() {
+            if wc.status() != WcStatus::WrFlushErr {
+                q.fail(format_args!("an answer failed: {:?}", wc.status()), false);
+            }
+            return;
+        }
+        let n = wc.byte_len() as usize;
+        let resp = match wr.data_mut().buf.as_slice().get(..n) {
+            Some(b) => Response::decode(b),
+            None => Err(EPROTO),
+        };
+        let inv = wc.invalidation();
+        IoQueue::post_answer(wr);
+        let resp = match resp {
+            Ok(r) => r,
+            Err(_) => {
+                q.fail(
+                    format_args!("the target sent {n} bytes that are not an answer"),
+                    false,
+                );
+                return;
+            }
+        };
+        let tag = resp.tag as usize;
+        let expected = {
+            let mut slots = q.slots.lock();
+            match slots.get_mut(tag) {
+                Some(s) if s.rq.is_some() && s.answer.is_none() => {
+                    s.answer = Some((resp.status, inv));
+                    true
+                }
+                _ => false,
+            }
+        };
+        if !expected {
+            q.fail(
+                format_args!("an answer for tag {tag}, which has no command"),
+                false,
+            );
+            return;
+        }
+        q.complete(tag);
+    }
+}
+
+#[vtable]
+impl Operations for Blk {
+    type QueueData = Arc<Conn>;
+
+    fn queue_rq(conn: ArcBorrow<'_, Conn>, rq: ARef<Request<Self>>, _is_last: bool) -> Result {
+        match conn.queues.get(rq.hw_queue() as usize) {
+            Some(q) => q.submit(rq),
+            None => {
+                let _ = Request::end(rq, Err(EIO));
+                Ok(())
+            }
+        }
+    }
+
+    fn commit_rqs(_conn: ArcBorrow<'_, Conn>) {}
+
+    fn timeout(conn: ArcBorrow<'_, Conn>, rq: &Request<Self>) -> TimeoutAction {
+        conn.timeouts.fetch_add(1, Ordering::Relaxed);
+        let Some(q) = conn.queues.get(rq.hw_queue() as usize) else {
+            return TimeoutAction::ResetTimer;
+        };
+        pr_err!(
+            "queue {}: a request of {} bytes at sector {} timed out after {} ms\n",
+            q.index,
+            rq.bytes(),
+            rq.sector(),
+            IO_TIMEOUT_MS
+        );
+        // The target does not answer: the queue fails, which ends this request (if it is
+        // still ours: an answer may have ended it meanwhile) and every other one.
+        q.fail(format_args!("a request timed out"), true);
+        TimeoutAction::Done
+    }
+}
+
+/// How far a queue's connection has come.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    Idle,
+    AddrResolved,
+    RouteResolved,
+    Established(Welcome),
+    Failed(Error),
+}
+
+/// What a queue's id handler shares with the thread that connects it.
+#[pin_data]
+struct Waiter {
+    #[pin]
+    step: Mutex<Step>,
+    #[pin]
+    signal: Signal,
+    /// The queue, once connected: failed when the connection ends.
+    #[pin]
+    queue: Mutex<Option<Arc<IoQueue>>>,
+}
+
+impl Waiter {
+    fn set(&self, s: Step) {
+        *self.step.lock() = s;
+        self.signal.complete();
+    }
+
+    /// Waits up to `ms` for `want` (any `Established` when `want` is one).
+    fn wait(&self, want: Step, ms: u32) -> Result<Step> {
+        let deadline_ok = self.signal.wait_timeout(ms).is_ok();
+        let now = *self.step.lock();
+        match now {
+            Step::Failed(e) => Err(e),
+            Step::Established(_) if matches!(want, Step::Established(_)) => Ok(now),
+            s if s == want => Ok(s),
+            _ if !deadline_ok => Err(ETIMEDOUT),
+            _ => Err(EPROTO),
+        }
+    }
+}
+
+/// The event handler of a queue's id.
+pub(crate) struct IniEv {
+    waiter: Arc<Waiter>,
+}
+
+impl Handler for IniEv {
+    fn event(&self, _id: &Id, event: Event<'_, Self>) {
+        let w = &self.waiter;
+        match event {
+            Event::AddrResolved => w.set(Step::AddrResolved),
+            Event::RouteResolved => w.set(Step::RouteResolved),
+            Event::AddrError(e) | Event::RouteError(e) => w.set(Step::Failed(e)),
+            Event::Established { private_data, .. } => match Welcome::decode(private_data) {
+                Ok(welcome) => w.set(Step::Established(welcome)),
+                Err(e) => {
+                    pr_err!("connect: the target's accept is not a welcome of this protocol\n");
+                    w.set(Step::Failed(e));
+                }
+            },
+            Event::Rejected { private_data, .. } => {
+                match Refusal::decode(private_data) {
+                    Some(why) => pr_err!("connect: the target refused: {why:?}\n"),
+                    None => pr_err!("connect: the connection was refused (nothing listens?)\n"),
+                }
+                w.set(Step::Failed(ECONNREFUSED));
+            }
+            Event::Unreachable(e) | Event::ConnectError(e) => w.set(Step::Failed(e)),
+            Event::Disconnected | Event::DeviceRemoval => {
+                w.set(Step::Failed(ECONNRESET));
+                let q = w.queue.lock().clone();
+                if let Some(q) = q {
+                    q.fail(format_args!("the target disconnected"), true);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Connects one queue (process context).
+fn connect_queue(spec: &ConnectSpec, index: u16) -> Result<(Arc<IoQueue>, Welcome)> {
+    let waiter = Arc::pin_init(
+        pin_init!(Waiter {
+            step <- new_mutex!(Step::Idle, "rdma_rust_blk_step"),
+            signal <- Signal::new(),
+            queue <- new_mutex!(None, "rdma_rust_blk_waiter_queue"),
+        }),
+        GFP_KERNEL,
+    )?;
+    let id = CmId::new(
+        PortSpace::Tcp,
+        IniEv {
+            waiter: waiter.clone(),
+        },
+    )?;
+    let step = |want: Step, ms: u32, what: &str| {
+        waiter.wait(want, ms + 1000).inspect_err(|e| {
+            pr_err!("connect {}: {what}: {e:?}\n", spec.addr);
+        })
+    };
+    id.resolve_addr(None, spec.addr, RESOLVE_MS)?;
+    step(Step::AddrResolved, RESOLVE_MS, "cannot resolve the address")?;
+    waiter.signal.reinit();
+    id.resolve_route(RESOLVE_MS)?;
+    step(Step::RouteResolved, RESOLVE_MS, "no route")?;
+    waiter.signal.reinit();
+    let dev = id.device().ok_or(ENODEV)?;
+    let depth = u32::from(spec.depth);
+    let pd = Pd::new(&dev)?;
+    let cq = Cq::new(
+        &dev,
+        3 * depth + 8,
+        u32::from(index) % dev.num_comp_vectors().max(1),
+        PollContext::Softirq,
+    )?;
+    let caps = QpCaps {
+        // A REG_MR and a SEND per request.
+        send_depth: 2 * depth + 2,
+        recv_depth: depth + 1,
+        ..QpCaps::default()
+    };
+    let qp = id.create_qp(&pd, &cq, &cq, &caps)?;
+    let hello = Hello {
+        queue: index,
+        depth: spec.depth,
+        name: spec.name,
+    }
+    .encode();
+    // The target RDMA READs a write's data from us: as many READs may be outstanding against
+    // this QP as it has requests (rxe's limit is far above 128).
+    id.connect(&ConnParam {
+        private_data: &hello,
+        responder_resources: spec.depth.min(128) as u8,
+        initiator_depth: 0,
+        ..ConnParam::default()
+    })?;
+    let Step::Established(welcome) = step(Step::Established(EMPTY), CONNECT_MS, "cannot connect")?
+    else {
+        return Err(EPROTO);
+    };
+    let qp = Arc::new(qp.established()?, GFP_KERNEL)?;
+    let q = Arc::pin_init(
+        pin_init!(IoQueue {
+            index,
+            qp: qp.clone(),
+            slots <- new_spinlock_bh!(KVec::new(), "rdma_rust_blk_slots"),
+            dead: AtomicBool::new(false),
+            id <- new_mutex!(None, "rdma_rust_blk_queue_id"),
+            completed: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+        }),
+        GFP_KERNEL,
+    )?;
+    // From here `close` frees what the queue holds, on every path.
+    *q.id.lock() = Some(id);
+    let filled = fill(&q, &pd, spec.depth);
+    if let Err(e) = filled {
+        q.close();
+        return Err(e);
+    }
+    *waiter.queue.lock() = Some(q.clone());
+    Ok((q, welcome))
+}
+
+/// A placeholder welcome to name the step waited for.
+const EMPTY: Welcome = Welcome {
+    block_size: 0,
+    max_io: 0,
+    capacity: 0,
+};
+
+/// A queue's requests: one per tag, with its bounce buffer; one answer receive per tag.
+fn fill(q: &Arc<IoQueue>, pd: &Arc<Pd>, depth: u16) -> Result {
+    let mut slots = KVec::with_capacity(depth as usize, GFP_KERNEL)?;
+    for tag in 0..depth {
+        let mut mr = Mr::new(pd, (MAX_IO as usize / PAGE_SIZE + 1) as u32)?;
+        mr.map(DmaBuf::new(pd, MAX_IO as usize, GFP_KERNEL)?)
+            .map_err(|(e, _)| e)?;
+        let io = Io {
+            q: q.clone(),
+            tag,
+            cmd: DmaBuf::<ToDevice>::alloc(pd, CMD_LEN, GFP_KERNEL)?,
+            mr,
+            op: Opcode::Flush,
+            len: 0,
+        };
+        slots.push(
+            Slot {
+                io: Some(Wr::new(io, GFP_KERNEL)?),
+                ..Slot::default()
+            },
+            GFP_KERNEL,
+        )?;
+    }
+    *q.slots.lock() = slots;
+    for _ in 0..depth {
+        let a = Answer {
+            q: q.clone(),
+            buf: DmaBuf::<FromDevice>::alloc(pd, RESP_LEN, GFP_KERNEL)?,
+        };
+        let wr = Wr::new(a, GFP_KERNEL)?;
+        q.qp.post_recv(wr, |a, ops| {
+            ops.buf(&mut a.buf, 0..RESP_LEN)?;
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
+/// A connected disk.
+pub(crate) struct Disk {
+    pub(crate) index: u32,
+    pub(crate) conn: Arc<Conn>,
+    disk: Option<GenDisk<Blk>>,
+}
+
+impl Disk {
+    /// Connects `spec.queues` queues to the target and adds the disk `rrbd<index>`. Process
+    /// context; nothing is left behind on failure.
+    pub(crate) fn connect(spec: &ConnectSpec, index: u32) -> Result<Self> {
+        if spec.queues == 0 || spec.queues > MAX_QUEUES || spec.depth == 0 || spec.depth > MAX_DEPTH
+        {
+            return Err(EINVAL);
+        }
+        let mut queues = KVec::with_capacity(spec.queues as usize, GFP_KERNEL)?;
+        let mut welcome = None;
+        let mut dev_name = KVec::new();
+        let mut failed = None;
+        for i in 0..spec.queues {
+            match connect_queue(spec, i) {
+                Ok((q, w)) => {
+                    if welcome.is_none() {
+                        welcome = Some(w);
+                        let _ = dev_name
+                            .extend_from_slice(q.qp.pd().device().name().as_bytes(), GFP_KERNEL);
+                    }
+                    // Every queue must see the same volume.
+                    let same = welcome.is_some_and(|v: Welcome| {
+                        v.capacity == w.capacity && v.block_size == w.block_size
+                    });
+                    let pushed = queues.push(q.clone(), GFP_KERNEL);
+                    if !same || pushed.is_err() {
+                        q.close();
+                        failed = Some(if same { ENOMEM } else { EPROTO });
+                        break;
+                    }
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        let close_all = |queues: &KVec<Arc<IoQueue>>| {
+            for q in queues.iter() {
+                q.close();
+            }
+        };
+        let welcome = match (failed, welcome) {
+            (None, Some(w)) => w,
+            (f, _) => {
+                close_all(&queues);
+                return Err(f.unwrap_or(EINVAL));
+            }
+        };
+        let conn: Arc<Conn> = Arc::new(
+            Conn {
+                queues,
+                welcome,
+                addr: spec.addr,
+                name: spec.name,
+                dev_name,
+                timeouts: AtomicU64::new(0),
+            },
+            GFP_KERNEL,
+        )?;
+        let built = Arc::pin_init(
+            TagSet::new(u32::from(spec.queues), u32::from(spec.depth), 1),
+            GFP_KERNEL,
+        )
+        .and_then(|tagset| {
+            mq::gen_disk::GenDiskBuilder::new()
+                .capacity_sectors(welcome.capacity / SECTOR)
+                .logical_block_size(welcome.block_size)?
+                .physical_block_size(welcome.block_size)?
+                .max_hw_sectors(welcome.max_io.min(MAX_IO) / SECTOR as u32)?
+                .timeout_ms(IO_TIMEOUT_MS)
+                .build(format_args!("rrbd{index}"), tagset, conn.clone())
+        });
+        match built {
+            Ok(disk) => Ok(Self {
+                index,
+                conn,
+                disk: Some(disk),
+            }),
+            Err(e) => {
+                conn.close();
+                Err(e)
+            }
+        }
+    }
+
+    /// Removes the disk, then ends its connections (as dropping it does). Process context.
+    pub(crate) fn disconnect(self) {
+        drop(self);
+    }
+
+    /// Whether the disk's connections are on `dev`.
+    pub(crate) fn is_on(&self, dev: &Device) -> bool {
+        self.conn.dev_name.as_slice() == dev.name().as_bytes()
+    }
+}
+
+impl Drop for Disk {
+    /// Removes the disk, then ends its connections. A dead target's requests are failed
+    /// first, so that removing the disk never waits for them. Process context.
+    fn drop(&mut self) {
+        if self.conn.dead_queues() > 0 {
+            self.conn.fail(format_args!("disconnecting"));
+        }
+        drop(self.disk.take());
+        self.conn.close();
+    }
+}

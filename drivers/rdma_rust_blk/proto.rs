@@ -1,0 +1,335 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The wire protocol of rdma_rust_blk (see Documentation/rdma_rust_blk.rst).
+//!
+//! Everything is little endian. A connection is one RC QP made with rdma_cm; its private data
+//! carries the handshake:
+//!
+//! - connect (initiator to target), [`Hello`], 44 bytes: `RRBD`, version (u16), queue index
+//!   (u16), queue depth (u16), reserved (u16), volume name (32 bytes, NUL padded);
+//! - accept (target to initiator), [`Welcome`], 24 bytes: `RRBD`, version (u16), 0 (u16),
+//!   block size (u32), largest I/O in bytes (u32), capacity in bytes (u64);
+//! - reject, 8 bytes: `RRBD`, version (u16), why ([`Refusal`], u16).
+//!
+//! Each I/O is a [`Command`] in a SEND (32 bytes: opcode (u8), reserved (u8), tag (u16),
+//! length (u32), sector (u64), address (u64), rkey (u32), reserved (u32)); the target moves the
+//! data with RDMA READ (a write) or RDMA WRITE (a read) of the initiator's buffer and answers
+//! with a [`Response`] (16 bytes: tag (u16), reserved (u16), status (i32, 0 or a negative
+//! errno), reserved (u64)), in a SEND with invalidate of the command's rkey when the command
+//! named a buffer, a plain SEND otherwise.
+//!
+//! Every message from a peer is checked here before anything acts on it: a malformed one is an
+//! `EPROTO` (the connection is ended) or, for a well-formed command the target cannot honour,
+//! an error answer.
+
+use kernel::prelude::*;
+
+/// The protocol's magic, first in every private data.
+pub(crate) const MAGIC: [u8; 4] = *b"RRBD";
+/// The protocol version this module speaks.
+pub(crate) const VERSION: u16 = 1;
+/// Longest volume name, in bytes.
+pub(crate) const NAME_MAX: usize = 32;
+/// Bytes per sector, the unit of [`Command::sector`].
+pub(crate) const SECTOR: u64 = 512;
+/// Largest I/O a command moves.
+pub(crate) const MAX_IO: u32 = 128 * 1024;
+/// Deepest queue a connection may ask for.
+pub(crate) const MAX_DEPTH: u16 = 128;
+/// Size of a [`Command`].
+pub(crate) const CMD_LEN: usize = 32;
+/// Size of a [`Response`].
+pub(crate) const RESP_LEN: usize = 16;
+const HELLO_LEN: usize = 44;
+const WELCOME_LEN: usize = 24;
+
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from(u32_at(b, at)) | (u64::from(u32_at(b, at + 4)) << 32)
+}
+
+// Byte loops rather than `copy_from_slice`: 6.12's objtool does not know that the length
+// check of rustc 1.96's `copy_from_slice` never returns.
+fn put(b: &mut [u8], at: usize, v: &[u8]) {
+    for (d, s) in b[at..].iter_mut().zip(v) {
+        *d = *s;
+    }
+}
+
+/// A volume name: 1 to [`NAME_MAX`] bytes of letters, digits, `-`, `_` and `.`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Name {
+    bytes: [u8; NAME_MAX],
+    len: usize,
+}
+
+impl Name {
+    /// `EINVAL` unless `s` is a valid name.
+    pub(crate) fn new(s: &[u8]) -> Result<Self> {
+        let ok = |c: &u8| c.is_ascii_alphanumeric() || b"-_.".contains(c);
+        if s.is_empty() || s.len() > NAME_MAX || !s.iter().all(ok) {
+            return Err(EINVAL);
+        }
+        let mut bytes = [0u8; NAME_MAX];
+        put(&mut bytes, 0, s);
+        Ok(Self {
+            bytes,
+            len: s.len(),
+        })
+    }
+
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+impl core::fmt::Display for Name {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        // Only ASCII (checked by `new`).
+        for &c in self.as_bytes() {
+            core::fmt::Write::write_char(f, c as char)?;
+        }
+        Ok(())
+    }
+}
+
+/// Why a target refused a connection (in its reject's private data).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// The connect's private data is not a [`Hello`] of this version.
+    BadHello = 1,
+    /// No volume of that name is exported on this address.
+    NoVolume = 2,
+    /// The queue depth or index is out of range.
+    BadQueue = 3,
+    /// The target has no resources for another connection.
+    Busy = 4,
+}
+
+impl Refusal {
+    pub(crate) fn encode(self) -> [u8; 8] {
+        let mut b = [0u8; 8];
+        put(&mut b, 0, &MAGIC);
+        put(&mut b, 4, &VERSION.to_le_bytes());
+        put(&mut b, 6, &(self as u16).to_le_bytes());
+        b
+    }
+
+    /// The refusal in a reject's private data, if it is one of ours.
+    pub(crate) fn decode(b: &[u8]) -> Option<Self> {
+        if b.len() < 8 || b[..4] != MAGIC {
+            return None;
+        }
+        match u16_at(b, 6) {
+            1 => Some(Self::BadHello),
+            2 => Some(Self::NoVolume),
+            3 => Some(Self::BadQueue),
+            4 => Some(Self::Busy),
+            _ => None,
+        }
+    }
+}
+
+/// The initiator's connect private data.
+#[derive(Clone, Copy)]
+pub(crate) struct Hello {
+    pub(crate) queue: u16,
+    pub(crate) depth: u16,
+    pub(crate) name: Name,
+}
+
+impl Hello {
+    pub(crate) fn encode(&self) -> [u8; HELLO_LEN] {
+        let mut b = [0u8; HELLO_LEN];
+        put(&mut b, 0, &MAGIC);
+        put(&mut b, 4, &VERSION.to_le_bytes());
+        put(&mut b, 6, &self.queue.to_le_bytes());
+        put(&mut b, 8, &self.depth.to_le_bytes());
+        put(&mut b, 12, self.name.as_bytes());
+        b
+    }
+
+    /// A peer's hello: `BadHello` unless magic, version and name are right, `BadQueue` for a
+    /// depth of 0 or over [`MAX_DEPTH`].
+    pub(crate) fn decode(b: &[u8]) -> Result<Self, Refusal> {
+        if b.len() < HELLO_LEN || b[..4] != MAGIC || u16_at(b, 4) != VERSION {
+            return Err(Refusal::BadHello);
+        }
+        let raw = &b[12..12 + NAME_MAX];
+        let len = raw.iter().position(|&c| c == 0).unwrap_or(NAME_MAX);
+        // Padding after the name must be all zero: a name is never ambiguous.
+        if raw[len..].iter().any(|&c| c != 0) {
+            return Err(Refusal::BadHello);
+        }
+        let name = Name::new(&raw[..len]).map_err(|_| Refusal::BadHello)?;
+        let depth = u16_at(b, 8);
+        if depth == 0 || depth > MAX_DEPTH {
+            return Err(Refusal::BadQueue);
+        }
+        Ok(Self {
+            queue: u16_at(b, 6),
+            depth,
+            name,
+        })
+    }
+}
+
+/// The target's accept private data: what the volume is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Welcome {
+    pub(crate) block_size: u32,
+    pub(crate) max_io: u32,
+    pub(crate) capacity: u64,
+}
+
+impl Welcome {
+    pub(crate) fn encode(&self) -> [u8; WELCOME_LEN] {
+        let mut b = [0u8; WELCOME_LEN];
+        put(&mut b, 0, &MAGIC);
+        put(&mut b, 4, &VERSION.to_le_bytes());
+        put(&mut b, 8, &self.block_size.to_le_bytes());
+        put(&mut b, 12, &self.max_io.to_le_bytes());
+        put(&mut b, 16, &self.capacity.to_le_bytes());
+        b
+    }
+
+    /// A target's welcome: `EPROTO` unless it is well formed, with a block size of 512 to 4096
+    /// (a power of two), an I/O size of at least one page and a capacity of at least one
+    /// block, a multiple of the block size.
+    pub(crate) fn decode(b: &[u8]) -> Result<Self> {
+        if b.len() < WELCOME_LEN || b[..4] != MAGIC || u16_at(b, 4) != VERSION {
+            return Err(EPROTO);
+        }
+        let w = Self {
+            block_size: u32_at(b, 8),
+            max_io: u32_at(b, 12),
+            capacity: u64_at(b, 16),
+        };
+        let bs = w.block_size;
+        if !(512..=4096).contains(&bs)
+            || !bs.is_power_of_two()
+            || (w.max_io as usize) < kernel::page::PAGE_SIZE
+            || w.capacity < u64::from(bs)
+            || w.capacity % u64::from(bs) != 0
+        {
+            return Err(EPROTO);
+        }
+        Ok(w)
+    }
+}
+
+/// What a command asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Opcode {
+    Read = 1,
+    Write = 2,
+    Flush = 3,
+    Discard = 4,
+}
+
+/// One I/O.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Command {
+    pub(crate) op: Opcode,
+    pub(crate) tag: u16,
+    pub(crate) len: u32,
+    pub(crate) sector: u64,
+    pub(crate) addr: u64,
+    pub(crate) rkey: u32,
+}
+
+impl Command {
+    pub(crate) fn encode(&self, b: &mut [u8]) {
+        b[..CMD_LEN].fill(0);
+        b[0] = self.op as u8;
+        put(b, 2, &self.tag.to_le_bytes());
+        put(b, 4, &self.len.to_le_bytes());
+        put(b, 8, &self.sector.to_le_bytes());
+        put(b, 16, &self.addr.to_le_bytes());
+        put(b, 24, &self.rkey.to_le_bytes());
+    }
+
+    /// A received command: `EPROTO` for the wrong size or an unknown opcode. Whether its range
+    /// and length make sense is the target's to check ([`Command::range`]).
+    pub(crate) fn decode(b: &[u8]) -> Result<Self> {
+        if b.len() != CMD_LEN {
+            return Err(EPROTO);
+        }
+        let op = match b[0] {
+            1 => Opcode::Read,
+            2 => Opcode::Write,
+            3 => Opcode::Flush,
+            4 => Opcode::Discard,
+            _ => return Err(EPROTO),
+        };
+        Ok(Self {
+            op,
+            tag: u16_at(b, 2),
+            len: u32_at(b, 4),
+            sector: u64_at(b, 8),
+            addr: u64_at(b, 16),
+            rkey: u32_at(b, 24),
+        })
+    }
+
+    /// Whether the command names a buffer of the initiator (its answer then revokes `rkey`).
+    pub(crate) fn has_data(&self) -> bool {
+        matches!(self.op, Opcode::Read | Opcode::Write)
+    }
+
+    /// The byte range of a volume of `capacity` bytes the command addresses: `EINVAL` for a
+    /// length of 0 (but for a flush, which has none), not a multiple of `block`, over
+    /// [`MAX_IO`] for data, or a range that does not lie inside the volume.
+    pub(crate) fn range(&self, capacity: u64, block: u32) -> Result<core::ops::Range<u64>> {
+        if self.op == Opcode::Flush {
+            return if self.len == 0 { Ok(0..0) } else { Err(EINVAL) };
+        }
+        if self.len == 0 || self.len % block != 0 || (self.has_data() && self.len > MAX_IO) {
+            return Err(EINVAL);
+        }
+        let start = self.sector.checked_mul(SECTOR).ok_or(EINVAL)?;
+        let end = start.checked_add(u64::from(self.len)).ok_or(EINVAL)?;
+        if start % u64::from(block) != 0 || end > capacity {
+            return Err(EINVAL);
+        }
+        Ok(start..end)
+    }
+}
+
+/// The answer to a command.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Response {
+    pub(crate) tag: u16,
+    /// 0, or a negative errno.
+    pub(crate) status: i32,
+}
+
+impl Response {
+    pub(crate) fn encode(&self, b: &mut [u8]) {
+        b[..RESP_LEN].fill(0);
+        put(b, 0, &self.tag.to_le_bytes());
+        put(b, 4, &self.status.to_le_bytes());
+    }
+
+    /// A received answer: `EPROTO` for the wrong size or a status that is not 0 or an errno.
+    pub(crate) fn decode(b: &[u8]) -> Result<Self> {
+        if b.len() != RESP_LEN {
+            return Err(EPROTO);
+        }
+        let status = u32_at(b, 4) as i32;
+        if !(-4095..=0).contains(&status) {
+            return Err(EPROTO);
+        }
+        Ok(Self {
+            tag: u16_at(b, 0),
+            status,
+        })
+    }
+}

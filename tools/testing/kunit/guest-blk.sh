@@ -1,0 +1,185 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0
+#
+# rdma_rust_blk's checks in one guest (the suite rdma_blk): a target exports a
+# RAM volume on rxe0 and the initiator serves it as /dev/rrbd0, data verified
+# end to end; bad control input; a file system; several hardware queues; the
+# target going away (unexport, rdma link delete) and rmmod under I/O.
+# Sourced by guest-init.sh (the VM's /init), whose helpers it uses.
+
+BLK=/sys/kernel/debug/rdma_rust_blk
+BLK_KO=/lib/modules/extra/rdma_rust_blk.ko
+blk_ctl() { echo "$*" > $BLK/ctl; }
+# blk_disk_has KEY=VALUE: the status line of rrbd0 says so
+blk_disk_has() { grep -q "^  rrbd0 .* $1\( \|$\)" $BLK/status; }
+# The volume of the tests: 16 MiB, on rxe0's address.
+VOL_MB=16
+blk_export() { blk_ctl export name=vol0 size=${VOL_MB}m addr=10.77.0.1 port=7400; }
+blk_connect() { blk_ctl connect addr=10.77.0.1 port=7400 name=vol0 "$@" && [ -b /dev/rrbd0 ]; }
+
+# blk_bad_ctl: malformed commands are refused with an error, logged, and change
+# nothing (status and the RDMA resources as before).
+blk_bad_ctl() {
+	local c before res bad=0
+	before=$(cat $BLK/status)
+	rdma_resources > /tmp/blk-res
+	for c in "bogus" "export" "export name=v size=1m addr=10.77.0.1" \
+		"export name=v size=1m addr=10.77.0.1 port=0" "export name=v size=1m addr=10.77.0.1 port=99999" \
+		"export name=v size=1000 addr=10.77.0.1 port=7401" "export name=v size=0 addr=10.77.0.1 port=7401" \
+		"export name=v size=2g addr=10.77.0.1 port=7401" "export name=v size=1m addr=10.77.0.999 port=7401" \
+		"export name=v size=1m addr=10.99.0.1 port=7401" "export name=a/b size=1m addr=10.77.0.1 port=7401" \
+		"export name=0123456789abcdef0123456789abcdefX size=1m addr=10.77.0.1 port=7401" \
+		"export name=v name=w size=1m addr=10.77.0.1 port=7401" "export name=v size=1m addr=10.77.0.1 port=7401 frob=1" \
+		"export name= size=1m addr=10.77.0.1 port=7401" "unexport name=nosuch" "unexport" \
+		"connect addr=10.77.0.1 port=7409 name=nosuch" "connect addr=10.77.0.1 port=7400" \
+		"connect addr=10.77.0.1 port=7400 name=vol0 queues=0" "connect addr=10.77.0.1 port=7400 name=vol0 queues=17" \
+		"connect addr=10.77.0.1 port=7400 name=vol0 depth=0" "connect addr=10.77.0.1 port=7400 name=vol0 depth=129" \
+		"disconnect dev=rrbd9" "disconnect dev=sda" "disconnect" "export name=v size=1m addr=10.77.0.1 port=7401
+export name=w size=1m addr=10.77.0.1 port=7402"; do
+		mark
+		if printf '%s' "$c" > $BLK/ctl 2> /dev/null; then
+			echo "accepted: '$c'"; bad=1
+		elif ! since_mark | grep -q 'rdma_rust_blk: '; then
+			echo "refused without a message: '$c'"; bad=1
+		fi
+	done
+	[ "$(cat $BLK/status)" = "$before" ] || { echo "status changed:"; cat $BLK/status; bad=1; }
+	resources_same_as /tmp/blk-res || { echo "RDMA resources changed"; rdma_resources; bad=1; }
+	[ $bad = 0 ]
+}
+
+# blk_pattern: a pattern written over the whole disk with direct I/O reads back
+# with the same checksum.
+blk_pattern() {
+	local want got
+	dd if=/dev/urandom of=/tmp/pattern bs=1M count=$VOL_MB 2> /dev/null || return 1
+	want=$(md5sum < /tmp/pattern)
+	dd if=/tmp/pattern of=/dev/rrbd0 bs=128k oflag=direct 2> /tmp/dd.err || { cat /tmp/dd.err; return 1; }
+	got=$(dd if=/dev/rrbd0 bs=64k iflag=direct 2> /tmp/dd.err | md5sum) || { cat /tmp/dd.err; return 1; }
+	rm -f /tmp/pattern
+	[ "$got" = "$want" ] || { echo "read back $got, wrote $want"; return 1; }
+}
+
+# blk_random JOBS BLOCKS: JOBS writers at once, each writing BLOCKS random 4 KiB
+# blocks at random places of its own part of the disk (direct I/O), then every
+# block is read back and compared with what was written.
+blk_random() {
+	local jobs=$1 n=$2 j per bad=0
+	per=$((VOL_MB * 256 / jobs))
+	for j in $(seq 1 "$jobs"); do
+		(
+			i=0
+			: > /tmp/rnd-$j
+			while [ $i -lt "$n" ]; do
+				b=$(( (j - 1) * per + $(od -An -N4 -tu4 /dev/urandom) % per ))
+				dd if=/dev/urandom of=/tmp/rblk-$j bs=4k count=1 2> /dev/null
+				dd if=/tmp/rblk-$j of=/dev/rrbd0 bs=4k seek=$b count=1 oflag=direct conv=notrunc 2> /dev/null || exit 1
+				# A block written twice keeps its last content.
+				grep -v "^$b " /tmp/rnd-$j > /tmp/rnd-$j.t; mv /tmp/rnd-$j.t /tmp/rnd-$j
+				echo "$b $(md5sum < /tmp/rblk-$j)" >> /tmp/rnd-$j
+				i=$((i + 1))
+			done
+		) &
+	done
+	wait || true
+	for j in $(seq 1 "$jobs"); do
+		[ "$(wc -l < /tmp/rnd-$j)" -gt 0 ] || { echo "writer $j wrote nothing"; bad=1; continue; }
+		while read -r b sum _; do
+			got=$(dd if=/dev/rrbd0 bs=4k skip=$b count=1 iflag=direct 2> /dev/null | md5sum)
+			[ "${got%% *}" = "$sum" ] || { echo "block $b: read $got, wrote $sum"; bad=1; }
+		done < /tmp/rnd-$j
+	done
+	rm -f /tmp/rnd-* /tmp/rblk-*
+	[ $bad = 0 ]
+}
+
+# blk_fs: mke2fs, mount, copy files in, umount, e2fsck clean, mount again,
+# checksums match.
+blk_fs() {
+	mke2fs -q -F -b 4096 /dev/rrbd0 > /tmp/mkfs 2>&1 || { cat /tmp/mkfs; return 1; }
+	mkdir -p /mnt/rrbd
+	mount -t ext2 /dev/rrbd0 /mnt/rrbd || return 1
+	cp /lib/modules/extra/*.ko /mnt/rrbd/ || { umount /mnt/rrbd; return 1; }
+	dd if=/dev/urandom of=/mnt/rrbd/random bs=1M count=4 2> /dev/null
+	(cd /mnt/rrbd && md5sum ./*) > /tmp/sums
+	umount /mnt/rrbd || return 1
+	e2fsck -f -n /dev/rrbd0 > /tmp/fsck 2>&1 || { cat /tmp/fsck; return 1; }
+	kmsg "rdmatest: rrbd0 e2fsck: $(tail -n 1 /tmp/fsck)"
+	mount -t ext2 /dev/rrbd0 /mnt/rrbd || return 1
+	(cd /mnt/rrbd && md5sum -c /tmp/sums > /tmp/sums.out 2>&1) || { cat /tmp/sums.out; umount /mnt/rrbd; return 1; }
+	umount /mnt/rrbd
+}
+
+# blk_queues: writers on both CPUs at once reach both hardware queues.
+blk_queues() {
+	local c
+	[ "$(ls /sys/block/rrbd0/mq | wc -l)" = 2 ] || { ls /sys/block/rrbd0/mq; return 1; }
+	for c in 0 1; do
+		taskset -c $c dd if=/dev/zero of=/dev/rrbd0 bs=64k count=64 seek=$((c * 64)) oflag=direct 2> /dev/null &
+	done
+	wait
+	grep per_queue_completed $BLK/status
+	grep -q 'per_queue_completed=[1-9][0-9]*,[1-9][0-9]*$' $BLK/status
+}
+
+# blk_io_fails FAULT: a reader runs on rrbd0 while FAULT (a command) takes the
+# target away; the reader ends with an I/O error within 30 s, and the disk
+# answers errors at once from then on.
+blk_io_fails() {
+	local pid t0 i
+	rm -f /tmp/reader
+	(while dd if=/dev/rrbd0 of=/dev/null bs=128k iflag=direct 2> /dev/null; do :; done; echo done > /tmp/reader) &
+	pid=$!
+	sleep 2
+	[ ! -e /tmp/reader ] || { echo "the reader failed before the fault"; return 1; }
+	t0=$(uptime_ms)
+	"$@" || { kill $pid; echo "'$*' failed"; return 1; }
+	for i in $(seq 1 150); do
+		[ -e /tmp/reader ] && break
+		sleep 0.2
+	done
+	[ -e /tmp/reader ] || { kill $pid; echo "the reader did not fail within 30 s"; return 1; }
+	echo "the reader failed $(( $(uptime_ms) - t0 )) ms after '$*'"
+	kmsg "rdmatest: rrbd0 I/O failed $(( $(uptime_ms) - t0 )) ms after '$*'"
+	! dd if=/dev/rrbd0 of=/dev/null bs=4k count=1 iflag=direct 2> /dev/null
+}
+
+blk_suite() {
+	suite_begin rdma_blk
+	rdma_resources > /tmp/blk-base
+	check blk_insmod insmod $BLK_KO
+	check blk_bad_control_input blk_bad_ctl
+	check blk_export blk_export
+	check blk_connect_two_queues blk_connect queues=2 depth=16
+	check blk_capacity_and_block_size sh -c "[ \$(cat /sys/block/rrbd0/size) = $((VOL_MB * 2048)) ] && [ \$(cat /sys/block/rrbd0/queue/logical_block_size) = 4096 ]"
+	check blk_pattern_whole_disk blk_pattern
+	check blk_random_4k_qd1 blk_random 1 64
+	check blk_random_4k_qd8 blk_random 8 24
+	check blk_two_hw_queues blk_queues
+	check blk_mkfs_mount_fsck blk_fs
+	check blk_status_clean blk_disk_has state=live
+	check blk_disconnect sh -c "echo disconnect dev=rrbd0 > $BLK/ctl && [ ! -e /dev/rrbd0 ]"
+	# The target goes away under I/O: unexport; the disk fails, then goes.
+	check blk_unexport_under_io blk_connect depth=8
+	check blk_unexport_fails_io blk_io_fails blk_ctl unexport name=vol0
+	check blk_failed_disk_disconnects sh -c "echo disconnect dev=rrbd0 > $BLK/ctl && [ ! -e /dev/rrbd0 ]"
+	# rdma link delete of the device both ends use, under I/O; then a new
+	# connect works on the device added again.
+	check blk_export_again blk_export
+	check blk_connect_again blk_connect depth=8
+	check blk_link_delete_under_io blk_io_fails timeout 60 rdma link delete rxe0
+	check blk_link_delete_removed_disk sh -c "[ ! -e /dev/rrbd0 ] && ! grep -q vol0 $BLK/status"
+	check blk_rxe0_back add_rxe rxe0 veth0
+	check blk_connect_after_link_delete sh -c "echo export name=vol0 size=${VOL_MB}m addr=10.77.0.1 port=7400 > $BLK/ctl && echo connect addr=10.77.0.1 port=7400 name=vol0 > $BLK/ctl && dd if=/dev/zero of=/dev/rrbd0 bs=64k count=16 oflag=direct 2> /dev/null"
+	# rmmod under I/O removes the disk and the export.
+	check blk_rmmod_under_io blk_io_fails timeout 60 rmmod rdma_rust_blk
+	check blk_resources_back back_to_resources /tmp/blk-base
+	suite_end
+}
+
+# back_to_resources FILE: `rdma resource show` as in FILE within 10 s.
+back_to_resources() {
+	wait_for 10 resources_same_as "$1" && return 0
+	rdma_resources | diff "$1" -
+	return 1
+}
