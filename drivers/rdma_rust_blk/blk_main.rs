@@ -186,12 +186,12 @@ impl Client for BlkClient {
             let mut keep = KVec::new();
             let mut closing = KVec::new();
             for e in core::mem::take(&mut *exports) {
-                let to = if e.is_on(dev) {
-                    &mut closing
-                } else {
-                    &mut keep
-                };
-                let _ = to.push(e, GFP_KERNEL);
+                let on = e.is_on(dev);
+                let to = if on { &mut closing } else { &mut keep };
+                if to.push(e.clone(), GFP_KERNEL).is_err() && on {
+                    // Without memory for the list it is closed here, under the lock.
+                    e.close();
+                }
             }
             *exports = keep;
             closing

@@ -265,6 +265,15 @@ impl IoQueue {
         }
         {
             let mut s = self.slots.lock();
+            // Checked again under the lock: `fail` marks the queue dead before it sweeps the
+            // slots, so a request stored here is either swept or sees the mark.
+            if self.dead.load(Ordering::Acquire) {
+                s[tag].io = Some(wr);
+                drop(s);
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                let _ = Request::end(rq, Err(EIO));
+                return Ok(());
+            }
             s[tag].rq = Some(rq);
             s[tag].answer = None;
         }
@@ -593,10 +602,13 @@ fn connect_queue(spec: &ConnectSpec, index: u16) -> Result<(Arc<IoQueue>, Welcom
     }
     .encode();
     // The target RDMA READs a write's data from us: as many READs may be outstanding against
-    // this QP as it has requests (rxe's limit is far above 128).
+    // this QP as it has requests, if the device allows.
+    let reads = u32::from(spec.depth)
+        .min(dev.attrs().max_qp_rd_atom())
+        .min(255);
     id.connect(&ConnParam {
         private_data: &hello,
-        responder_resources: spec.depth.min(128) as u8,
+        responder_resources: reads as u8,
         initiator_depth: 0,
         ..ConnParam::default()
     })?;

@@ -34,6 +34,7 @@ use kernel::rdma::{
     wr::{Completion, Wr},
 };
 use kernel::sync::{Arc, Mutex, SpinLock};
+use kernel::types::ScopeGuard;
 use kernel::{new_mutex, new_spinlock};
 
 /// A volume is kept in chunks of this size, each under its own lock.
@@ -46,6 +47,11 @@ pub(crate) const BLOCK: u32 = 4096;
 const IO_PAGES: usize = MAX_IO as usize / PAGE_SIZE;
 /// Connections an export serves at once.
 const MAX_CONNS: usize = 64;
+/// Staging memory an export's connections may hold together (each takes two answers of
+/// [`MAX_IO`] per tag when it is accepted): a peer cannot make the target allocate more.
+const MAX_STAGING: u64 = 64 << 20;
+/// Hardware queues an initiator may connect per disk (its queue index is below this).
+const MAX_QUEUE_INDEX: u16 = 256;
 
 /// A RAM volume.
 pub(crate) struct Volume {
@@ -116,6 +122,8 @@ pub(crate) struct Export {
     closing: AtomicBool,
     pub(crate) commands: AtomicU64,
     pub(crate) errors: AtomicU64,
+    /// Staging memory its connections hold.
+    staging: AtomicU64,
 }
 
 /// What an export holds of rdma_cm: dropped in process context, outside the lock (destroying
@@ -154,6 +162,7 @@ impl Export {
                 closing: AtomicBool::new(false),
                 commands: AtomicU64::new(0),
                 errors: AtomicU64::new(0),
+                staging: AtomicU64::new(0),
             }),
             GFP_KERNEL,
         )?;
@@ -289,17 +298,41 @@ impl Export {
         if hello.name != self.volume.name {
             return refuse(req, Refusal::NoVolume);
         }
+        if hello.queue >= MAX_QUEUE_INDEX {
+            return refuse(req, Refusal::BadQueue);
+        }
         if self.connections() >= MAX_CONNS {
             return refuse(req, Refusal::Busy);
         }
         let peer = Peer(req.peer_addr());
+        // As many RDMA READs outstanding as the peer accepts (and the device can issue).
+        let reads = u32::from(hello.depth)
+            .min(u32::from(req.initiator_depth()))
+            .min(16);
+        let staging = 2 * u64::from(hello.depth) * u64::from(MAX_IO);
+        let reserved = self
+            .staging
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                (s + staging <= MAX_STAGING).then_some(s + staging)
+            });
+        if reserved.is_err() {
+            pr_err!(
+                "export {}: {peer} refused: its {staging} bytes of staging memory would exceed the export's {MAX_STAGING}\n",
+                self.volume.name
+            );
+            return refuse(req, Refusal::Busy);
+        }
+        // Given back when the connection goes (or here, if it never comes).
+        let unreserve = ScopeGuard::new(|| {
+            self.staging.fetch_sub(staging, Ordering::AcqRel);
+        });
         let id = req
             .take(TgtEv {
                 export: self.clone(),
             })
             .map_err(|_| Refusal::Busy)?;
         // From here a failure drops `id`, which refuses the connection.
-        let (conn, qp) = TgtConn::open(&id, self, hello.depth).map_err(|e| {
+        let (conn, qp) = TgtConn::open(&id, self, hello.depth, staging).map_err(|e| {
             pr_err!(
                 "export {}: no connection for {peer}: {e:?}\n",
                 self.volume.name
@@ -312,10 +345,13 @@ impl Export {
             capacity: self.volume.size,
         }
         .encode();
+        // The connection owns the reservation from here: its teardown gives it back.
+        unreserve.dismiss();
+        let reads = reads.min(id.device().map_or(0, |d| d.attrs().max_qp_init_rd_atom()));
         let accepted = id.accept(&ConnParam {
             private_data: &welcome,
             responder_resources: 0,
-            initiator_depth: hello.depth.min(16) as u8,
+            initiator_depth: reads as u8,
             ..ConnParam::default()
         });
         let started = accepted
@@ -369,6 +405,8 @@ struct TgtConn {
     pool: SpinLock<Pool>,
     commands: AtomicU64,
     broken: AtomicBool,
+    /// The export's staging memory this connection holds, given back by its teardown.
+    staging: AtomicU64,
 }
 
 /// A connection's idle answers (`None`: busy) and the commands that found none, in order.
@@ -448,15 +486,29 @@ struct CmdBuf {
 
 impl TgtConn {
     /// The resources of a new connection on `id`: its CQ and QP (in Init until accepted).
-    fn open(id: &CmId<TgtEv>, export: &Arc<Export>, depth: u16) -> Result<(Arc<Self>, Qp<Init>)> {
+    fn open(
+        id: &CmId<TgtEv>,
+        export: &Arc<Export>,
+        depth: u16,
+        staging: u64,
+    ) -> Result<(Arc<Self>, Qp<Init>)> {
         let dev = id.device().ok_or(ENODEV)?;
         let pd = Pd::new(&dev)?;
         let d = u32::from(depth);
+        // Two answers per tag may be out at once (see `Pool`), each with its RDMA operations
+        // (a scatter/gather entry per staging page, at most `MAX_SGE` per operation) and its
+        // response; the core adds the registrations of the MR path for each R/W context.
+        let answers = 2 * d;
         let sge = IO_PAGES.min(MAX_SGE);
-        let send_depth = d * (IO_PAGES.div_ceil(sge) as u32 + 1) + 4;
-        // The CQ takes every send queue entry (with the core's for the R/W contexts: up to 3
-        // per context on the MR path) and every receive.
-        let cq = Cq::new(&dev, send_depth + 3 * d + d + 4, 0, PollContext::Workqueue)?;
+        let send_depth = answers * (IO_PAGES.div_ceil(sge) as u32 + 1) + 4;
+        // The CQ takes every send queue entry (with the core's: up to 3 per context) and every
+        // receive.
+        let cq = Cq::new(
+            &dev,
+            send_depth + 3 * answers + d + 4,
+            0,
+            PollContext::Workqueue,
+        )?;
         // `pin_init!` moves what it names.
         let conn_pd = pd.clone();
         let conn = Arc::pin_init(
@@ -468,17 +520,15 @@ impl TgtConn {
                 pool <- new_spinlock!(Pool::default(), "rdma_rust_blk_tgt_pool"),
                 commands: AtomicU64::new(0),
                 broken: AtomicBool::new(false),
+                staging: AtomicU64::new(staging),
             }),
             GFP_KERNEL,
         )?;
-        // An I/O takes its RDMA operations (a scatter/gather entry per staging page, at most
-        // `MAX_SGE` per operation; the core adds the registrations of the MR path) and the
-        // response.
         let caps = QpCaps {
             send_depth,
             recv_depth: d,
             send_sge: sge as u32,
-            rdma_ctxs: d,
+            rdma_ctxs: answers,
             port: id.port(),
             ..QpCaps::default()
         };
@@ -538,6 +588,8 @@ impl TgtConn {
         let pool = core::mem::take(&mut *self.pool.lock());
         drop(pool);
         drop(qp);
+        let staging = self.staging.swap(0, Ordering::AcqRel);
+        self.export.staging.fetch_sub(staging, Ordering::AcqRel);
     }
 
     /// Ends a connection whose peer broke the protocol (any context): its QP goes to the error
@@ -568,7 +620,11 @@ impl TgtConn {
         }
         let taken = self.pool.lock().take_or_queue(cmd);
         match taken {
-            Ok(Some(wr)) => self.carry_out(wr, cmd),
+            Ok(Some(wr)) => {
+                if let Some(wr) = self.carry_out(wr, cmd) {
+                    self.put_back(wr);
+                }
+            }
             Ok(None) => {}
             Err(()) => self.protocol_error(format_args!(
                 "more commands than the queue depth {}",
@@ -578,7 +634,8 @@ impl TgtConn {
     }
 
     /// Carries out `cmd` with the answer `wr`.
-    fn carry_out(&self, mut wr: Wr<Answer>, cmd: Command) {
+    /// `Some(wr)` when it could not be posted (the connection is ending): the answer is idle.
+    fn carry_out(&self, mut wr: Wr<Answer>, cmd: Command) -> Option<Wr<Answer>> {
         wr.data_mut().cmd = Some(cmd);
         let volume = &self.export.volume;
         let range = match cmd.range(volume.size, BLOCK) {
@@ -592,8 +649,7 @@ impl TgtConn {
                     cmd.len,
                     cmd.sector
                 );
-                answer(wr, Err(e));
-                return;
+                return answer(wr, Err(e));
             }
         };
         let len = cmd.len as usize;
@@ -605,30 +661,27 @@ impl TgtConn {
             Opcode::Read => {
                 let a = wr.data_mut();
                 let Some(mut pages) = a.pages.take() else {
-                    answer(wr, Err(EIO));
-                    return;
+                    return answer(wr, Err(EIO));
                 };
                 if let Err(e) = volume.read(range.start, &mut pages, len) {
                     a.pages = Some(pages);
-                    answer(wr, Err(e));
-                    return;
+                    return answer(wr, Err(e));
                 }
                 match RwCtx::<ToDevice>::new(&a.qp, pages, len, remote) {
                     Ok(rw) => {
                         a.to_peer = Some(rw);
-                        answer(wr, Ok(()));
+                        answer(wr, Ok(()))
                     }
                     Err((e, pages)) => {
                         a.pages = Some(pages);
-                        answer(wr, Err(e));
+                        answer(wr, Err(e))
                     }
                 }
             }
             Opcode::Write => {
                 let a = wr.data_mut();
                 let Some(pages) = a.pages.take() else {
-                    answer(wr, Err(EIO));
-                    return;
+                    return answer(wr, Err(EIO));
                 };
                 match RwCtx::<FromDevice>::new(&a.qp, pages, len, remote) {
                     Ok(rw) => {
@@ -639,17 +692,20 @@ impl TgtConn {
                             ops.rw(a.from_peer.as_mut().ok_or(EINVAL)?)?;
                             Ok(())
                         });
-                        if let Err(e) = posted {
-                            let mut wr = e.wr;
-                            let a = wr.data_mut();
-                            a.stage = Stage::Idle;
-                            a.pages = a.from_peer.take().map(RwCtx::into_pages);
-                            answer(wr, Err(e.err));
+                        match posted {
+                            Ok(()) => None,
+                            Err(e) => {
+                                let mut wr = e.wr;
+                                let a = wr.data_mut();
+                                a.stage = Stage::Idle;
+                                a.pages = a.from_peer.take().map(RwCtx::into_pages);
+                                answer(wr, Err(e.err))
+                            }
                         }
                     }
                     Err((e, pages)) => {
                         a.pages = Some(pages);
-                        answer(wr, Err(e));
+                        answer(wr, Err(e))
                     }
                 }
             }
@@ -658,21 +714,25 @@ impl TgtConn {
         }
     }
 
-    /// An answer is idle again: it carries out the oldest waiting command, or goes back to
-    /// the pool.
-    fn put_back(&self, wr: Wr<Answer>) {
-        let next = {
-            let mut pool = self.pool.lock();
-            match pool.next_waiting() {
-                Some(cmd) => Some((wr, cmd)),
-                None => {
-                    pool.put(wr);
-                    None
+    /// An answer is idle again: it carries out the waiting commands, oldest first, or goes
+    /// back to the pool. A loop, not a recursion: on a connection that is ending every post
+    /// fails at once.
+    fn put_back(&self, mut wr: Wr<Answer>) {
+        loop {
+            let cmd = {
+                let mut pool = self.pool.lock();
+                match pool.next_waiting() {
+                    Some(cmd) => cmd,
+                    None => {
+                        pool.put(wr);
+                        return;
+                    }
                 }
+            };
+            match self.carry_out(wr, cmd) {
+                Some(idle) => wr = idle,
+                None => return,
             }
-        };
-        if let Some((wr, cmd)) = next {
-            self.carry_out(wr, cmd);
         }
     }
 }
@@ -690,10 +750,12 @@ fn post_recv(wr: Wr<CmdBuf>) -> Result {
 /// Sends the answer of `wr`'s command, with `status`; a read's data goes first (its R/W
 /// context is in `to_peer`). A command that named a buffer is answered with a SEND with
 /// invalidate of its rkey, so the initiator's buffer is its own again when the answer lands.
-fn answer(mut wr: Wr<Answer>, status: Result) {
+///
+/// `Some(wr)`, idle again, if it could not be posted (the connection is ending, and is ended).
+fn answer(mut wr: Wr<Answer>, status: Result) -> Option<Wr<Answer>> {
     let a = wr.data_mut();
     let Some(cmd) = a.cmd else {
-        return;
+        return Some(wr);
     };
     let status = match status {
         Ok(()) => 0,
@@ -723,15 +785,15 @@ fn answer(mut wr: Wr<Answer>, status: Result) {
         }
         Ok(())
     });
-    if let Err(e) = posted {
-        let mut wr = e.wr;
-        let a = wr.data_mut();
-        a.conn
-            .clone()
-            .protocol_error(format_args!("cannot post an answer: {:?}", e.err));
-        finish(&mut wr);
-        let conn = wr.data().conn.clone();
-        conn.put_back(wr);
+    match posted {
+        Ok(()) => None,
+        Err(e) => {
+            let mut wr = e.wr;
+            let conn = wr.data().conn.clone();
+            conn.protocol_error(format_args!("cannot post an answer: {:?}", e.err));
+            finish(&mut wr);
+            Some(wr)
+        }
     }
 }
 
@@ -798,7 +860,9 @@ impl Completion for Answer {
             let start = cmd.sector * crate::proto::SECTOR;
             let stored = conn.export.volume.write(start, &pages, cmd.len as usize);
             a.pages = Some(pages);
-            answer(wr, stored);
+            if let Some(wr) = answer(wr, stored) {
+                conn.put_back(wr);
+            }
             return;
         }
         finish(&mut wr);

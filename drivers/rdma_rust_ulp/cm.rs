@@ -403,7 +403,8 @@ impl Ev {
 
     fn accept(&self, req: Request<'_, Ev>, run: &Arc<Run>, pd: &Arc<Pd>, cq: &Arc<Cq>) -> Result {
         let peer = Show(req.peer_addr());
-        let depth = req.initiator_depth().clamp(1, 16);
+        // As many RDMA READs against this side as the peer will issue (a ping client: none).
+        let depth = req.responder_resources().clamp(1, 16);
         let conn = Conn::new(run, true, run.spec.size)?;
         let id = req.take(Ev {
             waiter: self.waiter.clone(),

@@ -12,6 +12,7 @@
 #include <linux/slab.h>
 #include <linux/string.h>
 #include <linux/uaccess.h>
+#include <linux/workqueue.h>
 
 static unsigned int default_depth = 16;
 module_param(default_depth, uint, 0444);
@@ -36,6 +37,7 @@ unsigned int rdma_rust_ulp_param_default_depth(void);
 const char *rdma_rust_ulp_param_default_poll(void);
 unsigned int rdma_rust_ulp_param_max_runs(void);
 void rdma_rust_ulp_seq_write(struct seq_file *m, const char *s, size_t len);
+void rdma_rust_ulp_flush_work(struct work_struct *work);
 int rdma_rust_ulp_debugfs_init(void);
 void rdma_rust_ulp_debugfs_exit(void);
 
@@ -57,6 +59,15 @@ unsigned int rdma_rust_ulp_param_max_runs(void)
 void rdma_rust_ulp_seq_write(struct seq_file *m, const char *s, size_t len)
 {
 	seq_write(m, s, len);
+}
+
+/*
+ * Waits until @work has finished running, its function returned: 6.12's Rust
+ * workqueue API has no flush, and module code must not run after exit.
+ */
+void rdma_rust_ulp_flush_work(struct work_struct *work)
+{
+	flush_work(work);
 }
 
 #define CTL_MAX 1024

@@ -7,9 +7,13 @@
 use crate::registry;
 use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::prelude::*;
-use kernel::rdma::sync::{msleep, Completion as Signal};
+use kernel::rdma::sync::msleep;
 use kernel::sync::Arc;
 use kernel::workqueue::{self, impl_has_work, new_work, Work, WorkItem};
+
+extern "C" {
+    fn rdma_rust_ulp_flush_work(work: *mut core::ffi::c_void);
+}
 
 /// How often the watchdog ticks.
 pub(crate) const TICK_MS: u32 = 500;
@@ -17,8 +21,6 @@ pub(crate) const TICK_MS: u32 = 500;
 #[pin_data]
 pub(crate) struct Watchdog {
     stop: AtomicBool,
-    #[pin]
-    done: Signal,
     #[pin]
     work: Work<Watchdog>,
 }
@@ -37,7 +39,6 @@ impl WorkItem for Watchdog {
             }
             msleep(TICK_MS);
         }
-        this.done.complete_all();
     }
 }
 
@@ -50,7 +51,6 @@ impl Watchdog {
         let w = Arc::pin_init(
             pin_init!(Watchdog {
                 stop: AtomicBool::new(false),
-                done <- Signal::new(),
                 work <- new_work!("rdma_rust_ulp_watchdog"),
             }),
             GFP_KERNEL,
@@ -65,7 +65,9 @@ impl Watchdog {
 impl Drop for WatchdogGuard {
     fn drop(&mut self) {
         self.0.stop.store(true, Ordering::Release);
-        // The loop ends within a tick; the module's code is not left before it has.
-        self.0.done.wait();
+        // The loop ends within a tick. Waiting for the work function to have returned (not
+        // just for a signal it sends) means no code of the module runs for it after this.
+        // SAFETY: The work item is initialised and lives as long as `self.0`, which we hold.
+        unsafe { rdma_rust_ulp_flush_work(Work::raw_get(&raw const self.0.work).cast()) };
     }
 }

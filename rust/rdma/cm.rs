@@ -236,7 +236,21 @@ impl<H: Handler> Request<'_, H> {
         unsafe { private_data(&self.event.param.conn) }
     }
 
-    /// The RDMA READs the peer will have outstanding against this side (its initiator depth).
+    /// The RDMA READs the peer will have outstanding against this side (its initiator depth,
+    /// which the CM reports from this side's point of view): what
+    /// [`ConnParam::responder_resources`] of the accept should be.
+    pub fn responder_resources(&self) -> u8 {
+        // SAFETY: The new id is valid.
+        if unsafe { (*self.id).qp_type } == bindings::ib_qp_type_IB_QPT_UD {
+            return 0;
+        }
+        // SAFETY: As in `initiator_depth`.
+        unsafe { self.event.param.conn.responder_resources }
+    }
+
+    /// The RDMA READs this side may have outstanding against the peer (the peer's responder
+    /// resources, which the CM reports from this side's point of view: `cm_format_req_event`
+    /// swaps the two): what [`ConnParam::initiator_depth`] of the accept may be at most.
     pub fn initiator_depth(&self) -> u8 {
         // SAFETY: The new id is valid.
         if unsafe { (*self.id).qp_type } == bindings::ib_qp_type_IB_QPT_UD {

@@ -38,7 +38,7 @@ use crate::{
     sync::Arc,
     types::Opaque,
 };
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Remote access rights of an RC QP or a memory region (`enum ib_access_flags`).
 ///
@@ -196,6 +196,9 @@ struct RawMr {
     pd: Arc<Pd>,
     /// A registration was posted and, as far as the owner knows, not invalidated since.
     registered: AtomicBool,
+    /// The registration clock's stamp of the latest registration posted (see
+    /// [`Invalidation`]).
+    reg_stamp: AtomicU64,
 }
 
 // SAFETY: An MR may be used and deregistered from any thread.
@@ -241,6 +244,7 @@ impl Mr {
             max_pages,
             pd: pd.clone(),
             registered: AtomicBool::new(false),
+            reg_stamp: AtomicU64::new(0),
         })?;
         Ok(Self { raw })
     }
@@ -441,9 +445,11 @@ impl Mr {
     }
 
     /// Records a remote invalidation kept from a receive completion ([`Wc::invalidation`]), as
-    /// [`Mr::invalidated_by`] does; false (and nothing changes) if it revoked another rkey.
+    /// [`Mr::invalidated_by`] does; false (and nothing changes) if it revoked another rkey, on
+    /// another device, or was seen before the MR's latest registration was posted.
     pub fn apply_invalidation(&self, inv: Invalidation) -> bool {
-        if inv.rkey() != self.rkey() {
+        let stamp = self.raw.reg_stamp.load(Ordering::Acquire);
+        if !inv.revokes(self.rkey(), self.pd().device().as_raw(), stamp) {
             return false;
         }
         self.raw.registered.store(false, Ordering::Release);
@@ -453,6 +459,14 @@ impl Mr {
     /// The registration state, which a posted registration or invalidation updates.
     pub(crate) fn registered(&self) -> &AtomicBool {
         &self.raw.registered
+    }
+
+    /// Stamps a registration about to be posted (before the post: an invalidation of it can
+    /// only be seen after).
+    pub(crate) fn stamp_registration(&self) {
+        self.raw
+            .reg_stamp
+            .store(super::cq::wc::next_registration(), Ordering::Release);
     }
 
     /// Moves to the next key (`ib_update_fast_reg_key(mr, ib_inc_rkey(rkey))`), so that a new

@@ -285,7 +285,7 @@ impl<T: Completion> Posting<T> {
 /// Called by the RDMA core's CQ processing with a valid `wc` whose `wr_cqe` is the `cqe` of an
 /// `Inner<T>` posted by this crate.
 unsafe extern "C" fn done_callback<T: Completion>(
-    _cq: *mut bindings::ib_cq,
+    cq: *mut bindings::ib_cq,
     wc: *mut bindings::ib_wc,
 ) {
     // SAFETY: The core calls us only for completions whose `wr_cqe` points at our `ib_cqe`.
@@ -311,7 +311,9 @@ unsafe extern "C" fn done_callback<T: Completion>(
             qpn
         }
     };
-    T::done(wr, &Wc::new(raw, qp_num));
+    // SAFETY: `cq` is the CQ being processed, valid for the duration of the callback.
+    let dev = unsafe { (*cq).device };
+    T::done(wr, &Wc::new(raw, qp_num, dev));
 }
 
 /// Gives a request that kernel::rdma took back itself to its owner, as flushed.

@@ -6,6 +6,7 @@
 
 use crate::bindings;
 use core::fmt;
+use core::sync::atomic::{AtomicU64, Ordering};
 
 /// The status of a work completion (`enum ib_wc_status`).
 ///
@@ -123,6 +124,9 @@ impl WcOpcode {
 pub struct Wc {
     raw: bindings::ib_wc,
     qp_num: u32,
+    /// The device of the CQ, as an address (never dereferenced): which device an
+    /// [`Invalidation`] comes from.
+    dev: usize,
 }
 
 // SAFETY: A `Wc` is a copy of a completion's fields; the pointers among them (the request's
@@ -135,8 +139,12 @@ impl Wc {
     /// A completion as the core dispatched it, with the number of the QP it belongs to (read
     /// while that QP was known to be alive; 0 when it was not).
     #[inline]
-    pub(crate) fn new(raw: &bindings::ib_wc, qp_num: u32) -> Self {
-        Self { raw: *raw, qp_num }
+    pub(crate) fn new(raw: &bindings::ib_wc, qp_num: u32, dev: *const bindings::ib_device) -> Self {
+        Self {
+            raw: *raw,
+            qp_num,
+            dev: dev as usize,
+        }
     }
 
     /// The completion as the C API has it (its pointers are not to be dereferenced).
@@ -149,7 +157,11 @@ impl Wc {
         // SAFETY: All-zeroes is a valid `ib_wc` (null pointers, zero fields).
         let mut raw: bindings::ib_wc = unsafe { core::mem::zeroed() };
         raw.status = bindings::ib_wc_status_IB_WC_WR_FLUSH_ERR;
-        Self { raw, qp_num: 0 }
+        Self {
+            raw,
+            qp_num: 0,
+            dev: 0,
+        }
     }
 
     /// The status of the completion.
@@ -199,7 +211,11 @@ impl Wc {
     /// the MR can keep until it has the MR in hand again
     /// ([`Mr::apply_invalidation`](crate::rdma::mr::Mr::apply_invalidation)).
     pub fn invalidation(&self) -> Option<Invalidation> {
-        self.invalidated_rkey().map(|rkey| Invalidation { rkey })
+        self.invalidated_rkey().map(|rkey| Invalidation {
+            rkey,
+            dev: self.dev,
+            seen: REGISTRATIONS.load(Ordering::Acquire),
+        })
     }
 
     /// Whether a UD receive buffer starts with the 40-byte GRH (always on RoCE).
@@ -237,19 +253,39 @@ impl fmt::Debug for Wc {
     }
 }
 
+/// Registrations of memory regions posted so far, over all devices: a clock that orders an
+/// [`Invalidation`] with the registrations it may concern.
+static REGISTRATIONS: AtomicU64 = AtomicU64::new(0);
+
+/// Stamps a registration being posted: the value an [`Invalidation`] must have seen for it.
+pub(crate) fn next_registration() -> u64 {
+    REGISTRATIONS.fetch_add(1, Ordering::AcqRel) + 1
+}
+
 /// A remote invalidation (SEND with invalidate) that a receive completion reported
 /// ([`Wc::invalidation`]). Only a completion makes one: it proves that the peer revoked
-/// `rkey`. A storage initiator whose response can arrive before its command's SEND has come
-/// back (with the MR inside it) keeps this until then. Apply it before the MR is registered
-/// again: 8-bit keys come round after 256 registrations.
+/// `rkey` on that completion's device, at that moment. A storage initiator whose response can
+/// arrive before its command's SEND has come back (with the MR inside it) keeps this until
+/// then. The MR takes it only if it is for the MR's device and current rkey and was seen
+/// after the MR's latest registration was posted: a kept one never revokes a later
+/// registration, even once the 8-bit key has come round.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Invalidation {
     rkey: u32,
+    dev: usize,
+    /// The registration clock when the completion was seen.
+    seen: u64,
 }
 
 impl Invalidation {
     /// The rkey the peer revoked.
     pub fn rkey(&self) -> u32 {
         self.rkey
+    }
+
+    /// Whether this revokes a registration with `rkey`, on the device at `dev`, posted when
+    /// the registration clock read `stamp`.
+    pub(crate) fn revokes(&self, rkey: u32, dev: *const bindings::ib_device, stamp: u64) -> bool {
+        self.rkey == rkey && self.dev == dev as usize && self.seen >= stamp
     }
 }

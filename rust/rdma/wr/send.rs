@@ -527,6 +527,7 @@ impl<'a> SendOps<'a> {
         wr.reg.key = mr.rkey();
         wr.reg.access = (access | Access::LOCAL_WRITE).bits() as i32;
         self.mark(mr, true);
+        mr.stamp_registration();
         Ok(self)
     }
 
