@@ -387,12 +387,12 @@ fn parse(input: &[u8]) -> Result<Cmd> {
         }
         _ => {
             let v = need(0)?;
+            // Digits only: `parse_num` would take a size suffix.
             let index = v
                 .strip_prefix(b"rrbd")
+                .filter(|d| d.iter().all(u8::is_ascii_digit))
                 .and_then(parse_num)
-                .filter(|&n| {
-                    n < 1024 && !v.ends_with(b"k") && !v.ends_with(b"m") && !v.ends_with(b"g")
-                })
+                .filter(|&n| n < 1024)
                 .ok_or_else(|| bad(format_args!("dev={}: not an rrbd disk", Show(v))))?;
             Cmd::Disconnect {
                 index: index as u32,

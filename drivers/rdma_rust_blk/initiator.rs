@@ -137,22 +137,16 @@ impl Conn {
             q.fail(why, true);
         }
     }
-
-    /// Ends the connections and frees them. Process context; the disk is gone (no request can
-    /// be queued any more).
-    pub(crate) fn close(&self) {
-        for q in self.queues.iter() {
-            q.close();
-        }
-    }
 }
 
 impl Drop for Conn {
-    /// Whatever path drops the connections (a connect that failed half way included), they
-    /// are ended and freed; [`Conn::close`] may have done it already. Process context: the
-    /// last reference goes with the disk or the registry.
+    /// Ends the connections and frees them, whatever path drops them (a disconnect, a connect
+    /// that failed half way). The last reference goes after the disk (whose queue data holds
+    /// one), so no request can be queued any more. Process context.
     fn drop(&mut self) {
-        self.close();
+        for q in self.queues.iter() {
+            q.close();
+        }
     }
 }
 
@@ -771,10 +765,8 @@ impl Disk {
                 conn,
                 disk: Some(disk),
             }),
-            Err(e) => {
-                conn.close();
-                Err(e)
-            }
+            // `conn` goes here, which ends its connections.
+            Err(e) => Err(e),
         }
     }
 
@@ -790,13 +782,13 @@ impl Disk {
 }
 
 impl Drop for Disk {
-    /// Removes the disk, then ends its connections. A dead target's requests are failed
-    /// first, so that removing the disk never waits for them. Process context.
+    /// Removes the disk; its connections end when `conn`, the last reference to them, goes
+    /// right after. A dead target's requests are failed first, so that removing the disk
+    /// never waits for them. Process context.
     fn drop(&mut self) {
         if self.conn.dead_queues() > 0 {
             self.conn.fail(format_args!("disconnecting"));
         }
         drop(self.disk.take());
-        self.conn.close();
     }
 }
