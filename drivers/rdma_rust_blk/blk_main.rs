@@ -9,7 +9,9 @@
 //! - `unexport name=NAME`: ends its connections and frees it;
 //! - `connect addr=IP port=N name=NAME [queues=N] [depth=N]`: an initiator connects to the
 //!   volume and serves it as the disk `rrbdN` (its index is the lowest free one);
-//! - `disconnect dev=rrbdN`: removes the disk and ends its connections.
+//! - `disconnect dev=rrbdN`: removes the disk and ends its connections;
+//! - `probe addr=IP port=N name=NAME op=N sector=N len=N [tag=N] [inline=N]`: sends one raw
+//!   command to a target and logs what it did (see [`probe`]), for testing targets.
 //!
 //! `status` lists the volumes and disks. A malformed command is refused with `EINVAL` and a
 //! message, and changes nothing. When an RDMA device goes away (`rdma link delete`), the
@@ -28,11 +30,13 @@ use kernel::{c_str, ffi::c_char, new_mutex, prelude::*, str::CStr};
 
 // In dependency order: each module uses only those above it.
 mod initiator;
+mod probe;
 mod proto;
 mod target;
 
 use initiator::{ConnectSpec, Disk, MAX_QUEUES};
-use proto::{Name, MAX_DEPTH};
+use probe::ProbeSpec;
+use proto::{Name, INLINE_MAX, MAX_DEPTH};
 use target::{Export, Volume, MAX_VOLUME};
 
 module! {
@@ -221,6 +225,7 @@ enum Cmd {
     Disconnect {
         index: u32,
     },
+    Probe(ProbeSpec),
 }
 
 /// A number with an optional `k`, `m` or `g` suffix (powers of 1024).
@@ -285,14 +290,17 @@ fn parse(input: &[u8]) -> Result<Cmd> {
         b"unexport" => &[b"name"],
         b"connect" => &[b"addr", b"port", b"name", b"queues", b"depth"],
         b"disconnect" => &[b"dev"],
+        b"probe" => &[
+            b"addr", b"port", b"name", b"op", b"sector", b"len", b"tag", b"inline",
+        ],
         _ => {
             return Err(bad(format_args!(
-                "unknown command '{}' (export, unexport, connect, disconnect)",
+                "unknown command '{}' (export, unexport, connect, disconnect, probe)",
                 Show(verb)
             )))
         }
     };
-    let mut vals: [Option<&[u8]>; 5] = [None; 5];
+    let mut vals: [Option<&[u8]>; 8] = [None; 8];
     for w in words {
         let eq = w
             .iter()
@@ -383,6 +391,29 @@ fn parse(input: &[u8]) -> Result<Cmd> {
                 name: name(2)?,
                 queues: queues as u16,
                 depth: depth as u16,
+            })
+        }
+        b"probe" => {
+            let port = number(1, 1, 65535)? as u16;
+            let optional = |i: usize, max: u64| {
+                if vals[i].is_some() {
+                    number(i, 0, max)
+                } else {
+                    Ok(0)
+                }
+            };
+            Cmd::Probe(ProbeSpec {
+                conn: ConnectSpec {
+                    addr: addr(0, port)?,
+                    name: name(2)?,
+                    queues: 1,
+                    depth: 1,
+                },
+                op: number(3, 0, 255)? as u8,
+                sector: number(4, 0, u64::MAX)?,
+                len: number(5, 0, u64::from(u32::MAX))? as u32,
+                tag: optional(6, u64::from(u16::MAX))? as u16,
+                inline: optional(7, u64::from(INLINE_MAX))? as usize,
             })
         }
         _ => {
@@ -486,6 +517,7 @@ fn command(s: &State, cmd: Cmd) -> Result {
             pr_info!("rrbd{index}: disconnected\n");
             Ok(())
         }
+        Cmd::Probe(spec) => probe::probe(&spec),
     }
 }
 

@@ -12,16 +12,21 @@
 //! time (an error, a timeout, a dead target) without waiting for the adapter, and the bounce
 //! buffer, which the queue owns, outlives every access the target could still make.
 //!
+//! An I/O of at most the target's inline size names no buffer and registers nothing: a write's
+//! data is copied after its command in the command's buffer, a read's comes after its answer
+//! and is copied into the block request's pages when the answer lands, before its receive
+//! buffer is posted again.
+//!
 //! A block request ends when both its answer has arrived and its command's SEND has come back
 //! (with the MR): whichever completes second ends it, in the CQ's softirq handler. The answer
 //! can come first, so the invalidation it reports is kept ([`Invalidation`]) until the MR is
 //! back.
 
 use crate::proto::{
-    Command, Hello, Name, Opcode, Refusal, Response, Welcome, CMD_LEN, MAX_DEPTH, MAX_IO, RESP_LEN,
-    SECTOR,
+    Command, Hello, Name, Opcode, Refusal, Response, Welcome, CMD_LEN, INLINE_MAX, MAX_DEPTH,
+    MAX_IO, RESP_LEN, SECTOR,
 };
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use kernel::block::mq::{self, gen_disk::GenDisk, Op, Operations, Request, TagSet, TimeoutAction};
 use kernel::page::PAGE_SIZE;
 use kernel::prelude::*;
@@ -79,11 +84,23 @@ pub(crate) struct IoQueue {
     slots: SpinLockBh<KVec<Slot>>,
     /// Set once the connection failed: every request fails from then on.
     dead: AtomicBool,
+    /// Largest I/O sent with its data inline (the target's offer, within [`INLINE_MAX`]).
+    inline_max: u32,
     #[pin]
     id: Mutex<Option<CmId<IniEv>>>,
     pub(crate) completed: AtomicU64,
     pub(crate) errors: AtomicU64,
+    /// A probe's answer ([`PROBE_IDLE`], [`PROBE_WAITING`] or its status), and its signal,
+    /// which a failure of the queue gives too (see `probe.rs`).
+    probe: AtomicI64,
+    #[pin]
+    probe_done: Signal,
 }
+
+/// No probe was sent on the queue.
+const PROBE_IDLE: i64 = i64::MIN;
+/// A probe was sent and has no answer yet.
+const PROBE_WAITING: i64 = i64::MIN + 1;
 
 /// A tag's state.
 #[derive(Default)]
@@ -94,6 +111,8 @@ struct Slot {
     rq: Option<ARef<Request<Blk>>>,
     /// The answer, once it arrived: its status, and the invalidation it reported.
     answer: Option<(i32, Option<Invalidation>)>,
+    /// Bytes an inline read's answer brings (0: none).
+    inline_read: usize,
 }
 
 /// A tag's request: the command's buffer and the MR of the bounce buffer.
@@ -159,6 +178,7 @@ impl IoQueue {
         if !self.dead.swap(true, Ordering::AcqRel) {
             pr_err!("queue {}: {why}: failing its I/O\n", self.index);
         }
+        self.probe_done.complete();
         if may_sleep {
             let _ = self.qp.set_error();
         }
@@ -176,7 +196,7 @@ impl IoQueue {
     }
 
     /// Disconnects, drains and frees the queue's requests. Process context.
-    fn close(&self) {
+    pub(crate) fn close(&self) {
         self.dead.store(true, Ordering::Release);
         if let Some(id) = self.id.lock().as_ref() {
             let _ = id.disconnect();
@@ -202,8 +222,11 @@ impl IoQueue {
 
     /// Sends `rq`'s command on its tag. Any context (`queue_rq`).
     fn submit(&self, rq: ARef<Request<Blk>>) -> Result {
+        let inline = rq.bytes() <= self.inline_max;
         let (op, len) = match rq.op() {
+            Op::Read if inline => (Opcode::ReadInline, rq.bytes()),
             Op::Read => (Opcode::Read, rq.bytes()),
+            Op::Write if inline => (Opcode::WriteInline, rq.bytes()),
             Op::Write => (Opcode::Write, rq.bytes()),
             Op::Flush => (Opcode::Flush, 0),
             Op::Discard => (Opcode::Discard, rq.bytes()),
@@ -241,6 +264,16 @@ impl IoQueue {
                 Ok(Err(e)) | Err(e) => failed = Some(e),
             }
         }
+        // An inline write's data follows its command (the buffer is not posted).
+        let sent = if op == Opcode::WriteInline {
+            match io.cmd.as_mut_slice().get_mut(CMD_LEN..CMD_LEN + len_u) {
+                Some(b) => failed = rq.copy_to_slice(b).err(),
+                None => failed = Some(EINVAL),
+            }
+            CMD_LEN + len_u
+        } else {
+            CMD_LEN
+        };
         if data {
             io.mr.bump_key();
         }
@@ -270,6 +303,7 @@ impl IoQueue {
             }
             s[tag].rq = Some(rq);
             s[tag].answer = None;
+            s[tag].inline_read = if op == Opcode::ReadInline { len_u } else { 0 };
         }
         let access = if op == Opcode::Read {
             Access::REMOTE_WRITE
@@ -282,7 +316,7 @@ impl IoQueue {
             }
             let addr = if data { io.mr.iova() } else { 0 };
             Command { addr, ..cmd }.encode(io.cmd.as_mut_slice());
-            ops.send(&io.cmd, 0..CMD_LEN)?;
+            ops.send(&io.cmd, 0..sent)?;
             Ok(())
         });
         if let Err(e) = posted {
@@ -354,11 +388,122 @@ impl IoQueue {
         let _ = Request::end(rq, result);
     }
 
+    /// Keeps `resp` for its tag, which must have a command out and no answer yet; an inline
+    /// read's `data`, exactly what its command asked, goes into the block request's pages.
+    /// Returns the tag (`None` for a probe's answer); `EPROTO` if the answer does not fit the
+    /// tag's command. Softirq.
+    fn take_answer(
+        &self,
+        resp: Response,
+        data: &[u8],
+        inv: Option<Invalidation>,
+    ) -> Result<Option<usize>> {
+        let status = i64::from(resp.status);
+        let probed =
+            self.probe
+                .compare_exchange(PROBE_WAITING, status, Ordering::AcqRel, Ordering::Acquire);
+        if probed.is_ok() {
+            self.probe_done.complete();
+            return Ok(None);
+        }
+        let tag = resp.tag as usize;
+        let mut slots = self.slots.lock();
+        let s = slots.get_mut(tag).ok_or(EPROTO)?;
+        if s.answer.is_some() {
+            return Err(EPROTO);
+        }
+        let rq = s.rq.as_mut().ok_or(EPROTO)?;
+        let mut status = resp.status;
+        if status == 0 && s.inline_read > 0 {
+            if data.len() != s.inline_read {
+                return Err(EPROTO);
+            }
+            // The request's pages are written in place: it is ours until `complete` ends it.
+            if let Err(e) = Request::copy_from_slice(rq, data) {
+                status = e.to_errno();
+            }
+        } else if !data.is_empty() {
+            return Err(EPROTO);
+        }
+        s.answer = Some((status, inv));
+        Ok(Some(tag))
+    }
+
+    /// Sends one raw command on a queue that serves no disk (tag 0's request, with its MR
+    /// registered for opcodes 1 and 2): opcode `op` whatever it is, and `inline` bytes of
+    /// zeros after it. Its answer, or the queue's failure, is waited for by [`Self::probe_wait`].
+    /// Process context.
+    pub(crate) fn probe(&self, op: u8, tag: u16, sector: u64, len: u32, inline: usize) -> Result {
+        if inline > INLINE_MAX as usize {
+            return Err(EINVAL);
+        }
+        let mut wr = self
+            .slots
+            .lock()
+            .get_mut(0)
+            .and_then(|s| s.io.take())
+            .ok_or(EBUSY)?;
+        self.probe.store(PROBE_WAITING, Ordering::Release);
+        self.probe_done.reinit();
+        let buffer = op == Opcode::Read as u8 || op == Opcode::Write as u8;
+        let io = wr.data_mut();
+        io.op = Opcode::Flush;
+        if buffer {
+            io.mr.bump_key();
+        }
+        if let Some(b) = io.cmd.as_mut_slice().get_mut(CMD_LEN..CMD_LEN + inline) {
+            b.fill(0);
+        }
+        let posted = self.qp.post_send(wr, |io, ops| {
+            if buffer {
+                ops.reg_mr(&io.mr, Access::REMOTE_READ | Access::REMOTE_WRITE)?;
+            }
+            let (addr, rkey) = if buffer {
+                (io.mr.iova(), io.mr.rkey())
+            } else {
+                (0, 0)
+            };
+            let b = io.cmd.as_mut_slice();
+            Command {
+                op: Opcode::Flush,
+                tag,
+                len,
+                sector,
+                addr,
+                rkey,
+            }
+            .encode(b);
+            b[0] = op;
+            ops.send(&io.cmd, 0..CMD_LEN + inline)?;
+            Ok(())
+        });
+        if let Err(e) = posted {
+            if let Some(s) = self.slots.lock().get_mut(0) {
+                s.io = Some(e.wr);
+            }
+            self.probe.store(PROBE_IDLE, Ordering::Release);
+            return Err(e.err);
+        }
+        Ok(())
+    }
+
+    /// Waits up to `ms` for the probe's answer: `Ok(status)`, or `Err(ECONNRESET)` if the queue
+    /// failed first (the target ended the connection), `Err(ETIMEDOUT)` if neither came.
+    pub(crate) fn probe_wait(&self, ms: u32) -> Result<i32> {
+        let signalled = self.probe_done.wait_timeout(ms);
+        match self.probe.load(Ordering::Acquire) {
+            PROBE_IDLE => Err(EINVAL),
+            PROBE_WAITING if self.dead.load(Ordering::Acquire) => Err(ECONNRESET),
+            PROBE_WAITING => Err(signalled.err().unwrap_or(ETIMEDOUT)),
+            status => Ok(status as i32),
+        }
+    }
+
     /// Posts an answer receive; dropped if the QP is being drained.
     fn post_answer(wr: Wr<Answer>) {
         let qp = wr.data().q.qp.clone();
         let _ = qp.post_recv(wr, |a, ops| {
-            ops.buf(&mut a.buf, 0..RESP_LEN)?;
+            ops.buf(&mut a.buf, 0..RESP_LEN + INLINE_MAX as usize)?;
             Ok(())
         });
     }
@@ -392,41 +537,22 @@ impl Completion for Answer {
             return;
         }
         let n = wc.byte_len() as usize;
-        let resp = match wr.data_mut().buf.as_slice().get(..n) {
-            Some(b) => Response::decode(b),
+        let inv = wc.invalidation();
+        // The answer is taken (and an inline read's data copied out) before its buffer is
+        // posted again.
+        let taken = match wr.data_mut().buf.as_slice().get(..n) {
+            Some(b) => Response::decode(b).and_then(|(resp, data)| q.take_answer(resp, data, inv)),
             None => Err(EPROTO),
         };
-        let inv = wc.invalidation();
         IoQueue::post_answer(wr);
-        let resp = match resp {
-            Ok(r) => r,
-            Err(_) => {
-                q.fail(
-                    format_args!("the target sent {n} bytes that are not an answer"),
-                    false,
-                );
-                return;
-            }
-        };
-        let tag = resp.tag as usize;
-        let expected = {
-            let mut slots = q.slots.lock();
-            match slots.get_mut(tag) {
-                Some(s) if s.rq.is_some() && s.answer.is_none() => {
-                    s.answer = Some((resp.status, inv));
-                    true
-                }
-                _ => false,
-            }
-        };
-        if !expected {
-            q.fail(
-                format_args!("an answer for tag {tag}, which has no command"),
+        match taken {
+            Ok(Some(tag)) => q.complete(tag),
+            Ok(None) => {}
+            Err(_) => q.fail(
+                format_args!("the target sent {n} bytes that are not an answer to a command"),
                 false,
-            );
-            return;
+            ),
         }
-        q.complete(tag);
     }
 }
 
@@ -547,7 +673,7 @@ impl Handler for IniEv {
 }
 
 /// Connects one queue (process context).
-fn connect_queue(spec: &ConnectSpec, index: u16) -> Result<(Arc<IoQueue>, Welcome)> {
+pub(crate) fn connect_queue(spec: &ConnectSpec, index: u16) -> Result<(Arc<IoQueue>, Welcome)> {
     let waiter = Arc::pin_init(
         pin_init!(Waiter {
             step <- new_mutex!(Step::Idle, "rdma_rust_blk_step"),
@@ -617,9 +743,12 @@ fn connect_queue(spec: &ConnectSpec, index: u16) -> Result<(Arc<IoQueue>, Welcom
             qp: qp.clone(),
             slots <- new_spinlock_bh!(KVec::new(), "rdma_rust_blk_slots"),
             dead: AtomicBool::new(false),
+            inline_max: welcome.inline_max.min(INLINE_MAX),
             id <- new_mutex!(None, "rdma_rust_blk_queue_id"),
             completed: AtomicU64::new(0),
             errors: AtomicU64::new(0),
+            probe: AtomicI64::new(PROBE_IDLE),
+            probe_done <- Signal::new(),
         }),
         GFP_KERNEL,
     )?;
@@ -639,6 +768,7 @@ const EMPTY: Welcome = Welcome {
     block_size: 0,
     max_io: 0,
     capacity: 0,
+    inline_max: 0,
 };
 
 /// A queue's requests: one per tag, with its bounce buffer; one answer receive per tag.
@@ -651,7 +781,7 @@ fn fill(q: &Arc<IoQueue>, pd: &Arc<Pd>, depth: u16) -> Result {
         let io = Io {
             q: q.clone(),
             tag,
-            cmd: DmaBuf::<ToDevice>::alloc(pd, CMD_LEN, GFP_KERNEL)?,
+            cmd: DmaBuf::<ToDevice>::alloc(pd, CMD_LEN + INLINE_MAX as usize, GFP_KERNEL)?,
             mr,
             op: Opcode::Flush,
             len: 0,
@@ -668,11 +798,11 @@ fn fill(q: &Arc<IoQueue>, pd: &Arc<Pd>, depth: u16) -> Result {
     for _ in 0..depth {
         let a = Answer {
             q: q.clone(),
-            buf: DmaBuf::<FromDevice>::alloc(pd, RESP_LEN, GFP_KERNEL)?,
+            buf: DmaBuf::<FromDevice>::alloc(pd, RESP_LEN + INLINE_MAX as usize, GFP_KERNEL)?,
         };
         let wr = Wr::new(a, GFP_KERNEL)?;
         q.qp.post_recv(wr, |a, ops| {
-            ops.buf(&mut a.buf, 0..RESP_LEN)?;
+            ops.buf(&mut a.buf, 0..RESP_LEN + INLINE_MAX as usize)?;
             Ok(())
         })?;
     }

@@ -7,8 +7,9 @@
 //!
 //! - connect (initiator to target), [`Hello`], 44 bytes: `RRBD`, version (u16), queue index
 //!   (u16), queue depth (u16), reserved (u16), volume name (32 bytes, NUL padded);
-//! - accept (target to initiator), [`Welcome`], 24 bytes: `RRBD`, version (u16), 0 (u16),
-//!   block size (u32), largest I/O in bytes (u32), capacity in bytes (u64);
+//! - accept (target to initiator), [`Welcome`], 28 bytes: `RRBD`, version (u16), 0 (u16),
+//!   block size (u32), largest I/O in bytes (u32), capacity in bytes (u64), largest inline
+//!   I/O in bytes (u32);
 //! - reject, 8 bytes: `RRBD`, version (u16), why ([`Refusal`], u16).
 //!
 //! Each I/O is a [`Command`] in a SEND (32 bytes: opcode (u8), reserved (u8), tag (u16),
@@ -16,7 +17,11 @@
 //! data with RDMA READ (a write) or RDMA WRITE (a read) of the initiator's buffer and answers
 //! with a [`Response`] (16 bytes: tag (u16), reserved (u16), status (i32, 0 or a negative
 //! errno), reserved (u64)), in a SEND with invalidate of the command's rkey when the command
-//! named a buffer, a plain SEND otherwise.
+//! named a buffer, a plain SEND otherwise. An I/O of at most the welcome's inline size may
+//! carry its data in the messages instead, with no buffer named (address and rkey 0): a
+//! write's after its command in the same SEND ([`Opcode::WriteInline`]), a read's after its
+//! successful answer ([`Opcode::ReadInline`]). No memory registration, no RDMA READ or WRITE,
+//! no invalidation: for a 4 KiB I/O that is most of its cost on soft-RoCE.
 //!
 //! Every message from a peer is checked here before anything acts on it: a malformed one is an
 //! `EPROTO` (the connection is ended) or, for a well-formed command the target cannot honour,
@@ -27,7 +32,7 @@ use kernel::prelude::*;
 /// The protocol's magic, first in every private data.
 pub(crate) const MAGIC: [u8; 4] = *b"RRBD";
 /// The protocol version this module speaks.
-pub(crate) const VERSION: u16 = 1;
+pub(crate) const VERSION: u16 = 2;
 /// Longest volume name, in bytes.
 pub(crate) const NAME_MAX: usize = 32;
 /// Bytes per sector, the unit of [`Command::sector`].
@@ -36,12 +41,14 @@ pub(crate) const SECTOR: u64 = 512;
 pub(crate) const MAX_IO: u32 = 128 * 1024;
 /// Deepest queue a connection may ask for.
 pub(crate) const MAX_DEPTH: u16 = 128;
+/// Largest I/O that carries its data in its messages (and what a target offers).
+pub(crate) const INLINE_MAX: u32 = 4096;
 /// Size of a [`Command`].
 pub(crate) const CMD_LEN: usize = 32;
 /// Size of a [`Response`].
 pub(crate) const RESP_LEN: usize = 16;
 const HELLO_LEN: usize = 44;
-const WELCOME_LEN: usize = 24;
+const WELCOME_LEN: usize = 28;
 
 fn u16_at(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([b[at], b[at + 1]])
@@ -55,9 +62,10 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from(u32_at(b, at)) | (u64::from(u32_at(b, at + 4)) << 32)
 }
 
-// Byte loops rather than `copy_from_slice`: 6.12's objtool does not know that the length
-// check of rustc 1.96's `copy_from_slice` never returns.
-fn put(b: &mut [u8], at: usize, v: &[u8]) {
+/// Copies what fits of `v` into `b` from `at` on. (A loop rather than `copy_from_slice`: 6.12's
+/// objtool does not know that the length check of rustc 1.96's `copy_from_slice` never
+/// returns.)
+pub(crate) fn put(b: &mut [u8], at: usize, v: &[u8]) {
     for (d, s) in b[at..].iter_mut().zip(v) {
         *d = *s;
     }
@@ -187,6 +195,8 @@ pub(crate) struct Welcome {
     pub(crate) block_size: u32,
     pub(crate) max_io: u32,
     pub(crate) capacity: u64,
+    /// Largest I/O the target takes with its data inline (0: none).
+    pub(crate) inline_max: u32,
 }
 
 impl Welcome {
@@ -197,12 +207,13 @@ impl Welcome {
         put(&mut b, 8, &self.block_size.to_le_bytes());
         put(&mut b, 12, &self.max_io.to_le_bytes());
         put(&mut b, 16, &self.capacity.to_le_bytes());
+        put(&mut b, 24, &self.inline_max.to_le_bytes());
         b
     }
 
     /// A target's welcome: `EPROTO` unless it is well formed, with a block size of 512 to 4096
-    /// (a power of two), an I/O size of at least one page and a capacity of at least one
-    /// block, a multiple of the block size.
+    /// (a power of two), an I/O size of at least one page, a capacity of at least one block, a
+    /// multiple of the block size, and an inline size within [`INLINE_MAX`] and the I/O size.
     pub(crate) fn decode(b: &[u8]) -> Result<Self> {
         if b.len() < WELCOME_LEN || b[..4] != MAGIC || u16_at(b, 4) != VERSION {
             return Err(EPROTO);
@@ -211,6 +222,7 @@ impl Welcome {
             block_size: u32_at(b, 8),
             max_io: u32_at(b, 12),
             capacity: u64_at(b, 16),
+            inline_max: u32_at(b, 24),
         };
         let bs = w.block_size;
         if !(512..=4096).contains(&bs)
@@ -218,6 +230,7 @@ impl Welcome {
             || (w.max_io as usize) < kernel::page::PAGE_SIZE
             || w.capacity < u64::from(bs)
             || w.capacity % u64::from(bs) != 0
+            || w.inline_max > INLINE_MAX.min(w.max_io)
         {
             return Err(EPROTO);
         }
@@ -232,6 +245,10 @@ pub(crate) enum Opcode {
     Write = 2,
     Flush = 3,
     Discard = 4,
+    /// A read whose data comes back after its answer, in the same SEND.
+    ReadInline = 5,
+    /// A write whose data follows the command, in the same SEND.
+    WriteInline = 6,
 }
 
 /// One I/O.
@@ -256,27 +273,44 @@ impl Command {
         put(b, 24, &self.rkey.to_le_bytes());
     }
 
-    /// A received command: `EPROTO` for the wrong size or an unknown opcode. Whether its range
-    /// and length make sense is the target's to check ([`Command::range`]).
-    pub(crate) fn decode(b: &[u8]) -> Result<Self> {
-        if b.len() != CMD_LEN {
+    /// A received message: the command and, for an inline write, its data. `EPROTO` for an
+    /// unknown opcode, a message that is not exactly a command (an inline write: a command and
+    /// its `len` bytes, at most [`INLINE_MAX`]), or an inline command that names a buffer.
+    /// Whether its range and length make sense is the target's to check ([`Command::range`]).
+    pub(crate) fn decode(b: &[u8]) -> Result<(Self, &[u8])> {
+        let (Some(head), Some(data)) = (b.get(..CMD_LEN), b.get(CMD_LEN..)) else {
             return Err(EPROTO);
-        }
-        let op = match b[0] {
+        };
+        let op = match head[0] {
             1 => Opcode::Read,
             2 => Opcode::Write,
             3 => Opcode::Flush,
             4 => Opcode::Discard,
+            5 => Opcode::ReadInline,
+            6 => Opcode::WriteInline,
             _ => return Err(EPROTO),
         };
-        Ok(Self {
+        let cmd = Self {
             op,
-            tag: u16_at(b, 2),
-            len: u32_at(b, 4),
-            sector: u64_at(b, 8),
-            addr: u64_at(b, 16),
-            rkey: u32_at(b, 24),
-        })
+            tag: u16_at(head, 2),
+            len: u32_at(head, 4),
+            sector: u64_at(head, 8),
+            addr: u64_at(head, 16),
+            rkey: u32_at(head, 24),
+        };
+        let inline = matches!(op, Opcode::ReadInline | Opcode::WriteInline);
+        let data_len = if op == Opcode::WriteInline {
+            cmd.len as usize
+        } else {
+            0
+        };
+        if data.len() != data_len
+            || data_len > INLINE_MAX as usize
+            || (inline && (cmd.addr != 0 || cmd.rkey != 0))
+        {
+            return Err(EPROTO);
+        }
+        Ok((cmd, data))
     }
 
     /// Whether the command names a buffer of the initiator (its answer then revokes `rkey`).
@@ -286,12 +320,18 @@ impl Command {
 
     /// The byte range of a volume of `capacity` bytes the command addresses: `EINVAL` for a
     /// length of 0 (but for a flush, which has none), not a multiple of `block`, over
-    /// [`MAX_IO`] for data, or a range that does not lie inside the volume.
+    /// [`MAX_IO`] for data ([`INLINE_MAX`] inline), or a range that does not lie inside the
+    /// volume.
     pub(crate) fn range(&self, capacity: u64, block: u32) -> Result<core::ops::Range<u64>> {
         if self.op == Opcode::Flush {
             return if self.len == 0 { Ok(0..0) } else { Err(EINVAL) };
         }
-        if self.len == 0 || self.len % block != 0 || (self.has_data() && self.len > MAX_IO) {
+        let max = match self.op {
+            Opcode::ReadInline | Opcode::WriteInline => INLINE_MAX,
+            Opcode::Read | Opcode::Write => MAX_IO,
+            Opcode::Flush | Opcode::Discard => u32::MAX,
+        };
+        if self.len == 0 || self.len % block != 0 || self.len > max {
             return Err(EINVAL);
         }
         let start = self.sector.checked_mul(SECTOR).ok_or(EINVAL)?;
@@ -318,18 +358,27 @@ impl Response {
         put(b, 4, &self.status.to_le_bytes());
     }
 
-    /// A received answer: `EPROTO` for the wrong size or a status that is not 0 or an errno.
-    pub(crate) fn decode(b: &[u8]) -> Result<Self> {
-        if b.len() != RESP_LEN {
+    /// A received message: the answer and, after a successful one, an inline read's data
+    /// (whether that fits its command is the initiator's to check). `EPROTO` for a message
+    /// shorter than an answer, data over [`INLINE_MAX`] or after an error, or a status that is
+    /// not 0 or an errno.
+    pub(crate) fn decode(b: &[u8]) -> Result<(Self, &[u8])> {
+        let (Some(head), Some(data)) = (b.get(..RESP_LEN), b.get(RESP_LEN..)) else {
+            return Err(EPROTO);
+        };
+        let status = u32_at(head, 4) as i32;
+        if !(-4095..=0).contains(&status)
+            || data.len() > INLINE_MAX as usize
+            || (status != 0 && !data.is_empty())
+        {
             return Err(EPROTO);
         }
-        let status = u32_at(b, 4) as i32;
-        if !(-4095..=0).contains(&status) {
-            return Err(EPROTO);
-        }
-        Ok(Self {
-            tag: u16_at(b, 0),
-            status,
-        })
+        Ok((
+            Self {
+                tag: u16_at(head, 0),
+                status,
+            },
+            data,
+        ))
     }
 }

@@ -13,11 +13,14 @@
 //! A write: RDMA READ of the initiator's buffer into the staging pages, then the pages go to
 //! the volume and the response goes back in a SEND with invalidate of the initiator's rkey. A
 //! read: the volume's bytes into the staging pages, then RDMA WRITE and the response in one
-//! post. A command the target cannot honour (out of the volume, bad length) is answered with
+//! post. An inline write's data goes into the volume from the receive buffer it landed in,
+//! before that buffer is posted again; an inline read's data follows the response in its
+//! SEND. A command the target cannot honour (out of the volume, bad length) is answered with
 //! an error; a message that is not a command ends the connection.
 
 use crate::proto::{
-    Command, Hello, Name, Opcode, Refusal, Response, Welcome, CMD_LEN, MAX_IO, RESP_LEN,
+    put, Command, Hello, Name, Opcode, Refusal, Response, Welcome, CMD_LEN, INLINE_MAX, MAX_IO,
+    RESP_LEN,
 };
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use kernel::page::{Page, PAGE_SIZE};
@@ -102,6 +105,22 @@ impl Volume {
 
     fn write(&self, at: u64, pages: &[Page], len: usize) -> Result {
         self.pieces(at, len, |bytes, done| copy_from_pages(pages, done, bytes))
+    }
+
+    /// Copies `at .. at + dst.len()` into `dst`.
+    fn load(&self, at: u64, dst: &mut [u8]) -> Result {
+        self.pieces(at, dst.len(), |bytes, done| {
+            put(&mut dst[done..], 0, bytes);
+            Ok(())
+        })
+    }
+
+    /// Copies `src` into `at .. at + src.len()`.
+    fn store(&self, at: u64, src: &[u8]) -> Result {
+        self.pieces(at, src.len(), |bytes, done| {
+            put(bytes, 0, &src[done..]);
+            Ok(())
+        })
     }
 
     fn zero(&self, at: u64, len: usize) -> Result {
@@ -343,6 +362,7 @@ impl Export {
             block_size: BLOCK,
             max_io: MAX_IO,
             capacity: self.volume.size,
+            inline_max: INLINE_MAX,
         }
         .encode();
         // The connection owns the reservation from here: its teardown gives it back.
@@ -554,7 +574,11 @@ impl TgtConn {
                 pages: Some(pages),
                 to_peer: None,
                 from_peer: None,
-                resp: DmaBuf::<ToDevice>::alloc(&self.pd, RESP_LEN, GFP_KERNEL)?,
+                resp: DmaBuf::<ToDevice>::alloc(
+                    &self.pd,
+                    RESP_LEN + INLINE_MAX as usize,
+                    GFP_KERNEL,
+                )?,
                 cmd: None,
             };
             answers.push(Some(Wr::new(answer, GFP_KERNEL)?), GFP_KERNEL)?;
@@ -570,7 +594,11 @@ impl TgtConn {
             let cb = CmdBuf {
                 conn: self.clone(),
                 qp: qp.clone(),
-                buf: DmaBuf::<FromDevice>::alloc(&self.pd, CMD_LEN, GFP_KERNEL)?,
+                buf: DmaBuf::<FromDevice>::alloc(
+                    &self.pd,
+                    CMD_LEN + INLINE_MAX as usize,
+                    GFP_KERNEL,
+                )?,
             };
             post_recv(Wr::new(cb, GFP_KERNEL)?)?;
         }
@@ -592,8 +620,11 @@ impl TgtConn {
         self.export.staging.fetch_sub(staging, Ordering::AcqRel);
     }
 
-    /// Ends a connection whose peer broke the protocol (any context): its QP goes to the error
-    /// state, and the peer sees the connection fail.
+    /// Ends a connection whose peer broke the protocol: its QP goes to the error state, so
+    /// nothing more of the peer's is carried out, and a DREQ tells the peer at once (otherwise
+    /// it would learn only when a later request of its own timed out). The session itself ends
+    /// with the disconnect's event. Process context (the CQ's workqueue), never under the
+    /// export's lock.
     fn protocol_error(&self, what: core::fmt::Arguments<'_>) {
         self.export.errors.fetch_add(1, Ordering::Relaxed);
         if !self.broken.swap(true, Ordering::AcqRel) {
@@ -604,6 +635,27 @@ impl TgtConn {
             if let Some(qp) = self.qp.lock().as_ref() {
                 let _ = qp.set_error();
             }
+            let link = self.export.link.lock();
+            let session = link
+                .sessions
+                .iter()
+                .flatten()
+                .find(|s| core::ptr::eq(&*s.conn, self));
+            if let Some(s) = session {
+                let _ = s.id.disconnect();
+            }
+        }
+    }
+
+    /// Puts an inline write's data into the volume, from the receive buffer it landed in: the
+    /// command may wait for an answer, the buffer may not. A command out of the volume stores
+    /// nothing (its answer is an error); `Err` only if the volume failed, which ends the
+    /// connection.
+    fn store_inline(&self, cmd: &Command, data: &[u8]) -> Result {
+        let volume = &self.export.volume;
+        match cmd.range(volume.size, BLOCK) {
+            Ok(range) if cmd.op == Opcode::WriteInline => volume.store(range.start, data),
+            _ => Ok(()),
         }
     }
 
@@ -709,6 +761,20 @@ impl TgtConn {
                     }
                 }
             }
+            Opcode::ReadInline => {
+                let loaded = match wr
+                    .data_mut()
+                    .resp
+                    .as_mut_slice()
+                    .get_mut(RESP_LEN..RESP_LEN + len)
+                {
+                    Some(b) => volume.load(range.start, b),
+                    None => Err(EINVAL),
+                };
+                answer(wr, loaded)
+            }
+            // Its data went into the volume when it landed (`CmdBuf::done`).
+            Opcode::WriteInline => answer(wr, Ok(())),
             Opcode::Discard => answer(wr, volume.zero(range.start, len)),
             Opcode::Flush => answer(wr, Ok(())),
         }
@@ -741,15 +807,16 @@ impl TgtConn {
 fn post_recv(wr: Wr<CmdBuf>) -> Result {
     let qp = wr.data().qp.clone();
     qp.post_recv(wr, |c, ops| {
-        ops.buf(&mut c.buf, 0..CMD_LEN)?;
+        ops.buf(&mut c.buf, 0..CMD_LEN + INLINE_MAX as usize)?;
         Ok(())
     })?;
     Ok(())
 }
 
 /// Sends the answer of `wr`'s command, with `status`; a read's data goes first (its R/W
-/// context is in `to_peer`). A command that named a buffer is answered with a SEND with
-/// invalidate of its rkey, so the initiator's buffer is its own again when the answer lands.
+/// context is in `to_peer`), an inline read's after the response (loaded by `carry_out`). A
+/// command that named a buffer is answered with a SEND with invalidate of its rkey, so the
+/// initiator's buffer is its own again when the answer lands.
 ///
 /// `Some(wr)`, idle again, if it could not be posted (the connection is ending, and is ended).
 fn answer(mut wr: Wr<Answer>, status: Result) -> Option<Wr<Answer>> {
@@ -772,6 +839,11 @@ fn answer(mut wr: Wr<Answer>, status: Result) -> Option<Wr<Answer>> {
         status,
     }
     .encode(a.resp.as_mut_slice());
+    let len = if status == 0 && cmd.op == Opcode::ReadInline {
+        RESP_LEN + cmd.len as usize
+    } else {
+        RESP_LEN
+    };
     a.stage = Stage::Answering;
     let qp = a.qp.clone();
     let posted = qp.post_send(wr, |a, ops| {
@@ -779,9 +851,9 @@ fn answer(mut wr: Wr<Answer>, status: Result) -> Option<Wr<Answer>> {
             ops.rw(rw)?;
         }
         if cmd.has_data() {
-            ops.send_inv(&a.resp, 0..RESP_LEN, cmd.rkey)?;
+            ops.send_inv(&a.resp, 0..len, cmd.rkey)?;
         } else {
-            ops.send(&a.resp, 0..RESP_LEN)?;
+            ops.send(&a.resp, 0..len)?;
         }
         Ok(())
     });
@@ -821,7 +893,10 @@ impl Completion for CmdBuf {
         }
         let n = wc.byte_len() as usize;
         let cmd = match wr.data_mut().buf.as_slice().get(..n) {
-            Some(b) => Command::decode(b),
+            Some(b) => Command::decode(b).and_then(|(cmd, data)| {
+                conn.store_inline(&cmd, data)?;
+                Ok(cmd)
+            }),
             None => Err(EPROTO),
         };
         // The buffer is free again: the next command can land in it.

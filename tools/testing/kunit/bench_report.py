@@ -25,6 +25,8 @@ KIND_UNIT = {
     "bw": "MB/s",
     "lat": "p50 us, half round trip (lower is better)",
     "rt": "round trips/s",
+    "iops": "IOPS",
+    "blklat": "p50 us per I/O at QD 1 (lower is better)",
 }
 PEER_TOOL = {
     "rc_send": "ib_send_bw",
@@ -36,6 +38,7 @@ PEER_TOOL = {
     "rping": "rping -s/-c",
     "cross_send": "ib_send_bw",
     "cross_write": "ib_write_bw",
+    "blk": "nvme-rdma (fio)",
 }
 # A case is bounded by rxe when the faster side reaches this share of what rxe alone
 # allows for its message size (see rxe_ceiling).
@@ -139,6 +142,19 @@ def best(by_tool):
     return max(by_tool.values())
 
 
+SECTION_TITLE = {
+    0: "One guest, QP pairs on rxe0 (loopback):",
+    1: "Block devices on rxe0 (loopback): rdma_rust_blk (ULP) against nvme-rdma (peer), "
+       "fio on both, IOPS / MB/s and CPU us per I/O:",
+    2: "Two guests, one RoCE host each (a serves, b sends):",
+}
+
+
+def section(name):
+    """The table's sections: one-guest verbs cases, the block cases, two-guest cases."""
+    return 2 if name.startswith("cross_") else 1 if name.startswith("blk_") else 0
+
+
 def fmt(x):
     if x is None:
         return "-"
@@ -194,23 +210,24 @@ def main():
             "ULP figure (median, min-max)", "ratio ULP/peer", "CPU us/msg peer",
             "CPU us/msg ULP", "rxe bound"]
     table = [head]
-    for r in sorted(rows, key=lambda r: r["case"].startswith("cross_")):
+    for r in sorted(rows, key=lambda r: section(r["case"])):
         peer_fig, ulp_fig = rng(r["peer_s"]), rng(r["ulp_s"])
-        if r["kind"] == "lat":
+        if r["kind"] in ("lat", "blklat"):
             peer_fig += f" p99 {fmt(r['peer_p99'])}"
             ulp_fig += f" p99 {fmt(r['ulp_p99'])}"
         table.append([r["case"], r["unit"], r["peer"], peer_fig, ulp_fig,
                       f"{r['ratio']:.2f}" if r["ratio"] else "-",
                       fmt(r["peer_cpu"]), fmt(r["ulp_cpu"]), r["bound"]])
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
-    lines = [a.title, "", "One guest, QP pairs on rxe0 (loopback):"]
-    for i, row in enumerate(table):
-        if i > 0 and row[0].startswith("cross_") and not table[i - 1][0].startswith("cross_"):
-            lines += ["", "Two guests, one RoCE host each (a serves, b sends):",
-                      lines[3], lines[4]]
+    head_lines = [" | ".join(c.ljust(w) for c, w in zip(head, widths)).rstrip(),
+                  "-+-".join("-" * w for w in widths)]
+    lines = [a.title]
+    for i, row in enumerate(table[1:]):
+        if i == 0 or section(row[0]) != section(table[i][0]):
+            lines += ["", SECTION_TITLE[section(row[0])], *head_lines]
         lines.append(" | ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
-        if i == 0:
-            lines.append("-+-".join("-" * w for w in widths))
+    if len(table) == 1:
+        lines += ["", *head_lines]
     if floors:
         lines.append("")
         lines.append("What rxe allows (same boot; a case is bounded when the faster side "
@@ -243,8 +260,8 @@ def main():
             p, u = r["peer_s"] or (None,) * 3, r["ulp_s"] or (None,) * 3
             w.writerow([r["case"], r["kind"], r["unit"], r["size"], r["peer"], r["rounds"],
                         *p, *u, r["ratio"], r["peer_cpu"], r["ulp_cpu"],
-                        r["peer_p99"] if r["kind"] == "lat" else "",
-                        r["ulp_p99"] if r["kind"] == "lat" else "",
+                        r["peer_p99"] if r["kind"] in ("lat", "blklat") else "",
+                        r["ulp_p99"] if r["kind"] in ("lat", "blklat") else "",
                         r["ceiling"] or "", r["bound"]])
     chart(rows, a.out, a.title)
     print(f"table: {os.path.join(a.out, 'bench.txt')}\ncsv: {os.path.join(a.out, 'bench.csv')}")

@@ -1,21 +1,32 @@
 #!/bin/sh
 # SPDX-License-Identifier: GPL-2.0
 #
-# rdma_rust_blk's checks in one guest (the suite rdma_blk): a target exports a
-# RAM volume on rxe0 and the initiator serves it as /dev/rrbd0, data verified
-# end to end; bad control input; a file system; several hardware queues; the
-# target going away (unexport, rdma link delete) and rmmod under I/O.
-# Sourced by guest-init.sh (the VM's /init), whose helpers it uses.
+# rdma_rust_blk's checks (the suites rdma_blk, in one guest, and
+# rdma_blk_peer_a/b, between two): a target exports a RAM volume on rxe0 and the
+# initiator serves it as /dev/rrbd0, data verified end to end; bad control
+# input; a file system; several hardware queues; the target going away
+# (unexport, rdma link delete, rmmod) and rmmod or rdma link delete of the
+# initiator under I/O. Sourced by guest-init.sh (the VM's /init), whose helpers
+# it uses; the two-guest suites also use guest-peers.sh's nc_send/nc_recv.
 
 BLK=/sys/kernel/debug/rdma_rust_blk
 BLK_KO=/lib/modules/extra/rdma_rust_blk.ko
 blk_ctl() { echo "$*" > $BLK/ctl; }
 # blk_disk_has KEY=VALUE: the status line of rrbd0 says so
 blk_disk_has() { grep -q "^  rrbd0 .* $1\( \|$\)" $BLK/status; }
-# The volume of the tests: 16 MiB, on rxe0's address.
+# The volume of the tests: 16 MiB (two guests: 8), on the target's rxe0
+# address (two guests: peer-b's).
 VOL_MB=16
-blk_export() { blk_ctl export name=vol0 size=${VOL_MB}m addr=10.77.0.1 port=7400; }
-blk_connect() { blk_ctl connect addr=10.77.0.1 port=7400 name=vol0 "$@" && [ -b /dev/rrbd0 ]; }
+BLK_ADDR=10.77.0.1
+blk_export() { blk_ctl export name=vol0 size=${VOL_MB}m addr=$BLK_ADDR port=7400; }
+blk_connect() { blk_ctl connect addr=$BLK_ADDR port=7400 name=vol0 "$@" && [ -b /dev/rrbd0 ]; }
+blk_capacity_ok() {
+	[ "$(cat /sys/block/rrbd0/size)" = $((VOL_MB * 2048)) ] &&
+		[ "$(cat /sys/block/rrbd0/queue/logical_block_size)" = 4096 ]
+}
+blk_disconnect() { blk_ctl disconnect dev=rrbd0 && [ ! -e /dev/rrbd0 ]; }
+# blk_target_connections N: the target's status shows N connections to vol0.
+blk_target_connections() { grep -q "^  vol0 .* connections=$1 " $BLK/status; }
 
 # blk_bad_ctl: malformed commands are refused with an error, logged, and change
 # nothing (status and the RDMA resources as before).
@@ -93,6 +104,59 @@ blk_random() {
 	[ $bad = 0 ]
 }
 
+# blk_probe EXPECT KEY=VALUE...: one raw command from the initiator's `probe`
+# (a connection of its own to vol0); what the target did, in the log, must be
+# EXPECT ("answered STATUS" or "the target ended the connection").
+blk_probe() {
+	local expect=$1
+	shift
+	mark
+	blk_ctl probe addr=$BLK_ADDR port=7400 name=vol0 "$@" ||
+		{ echo "probe $* failed"; since_mark | tail -n 5; return 1; }
+	since_mark | grep -q "rdma_rust_blk: probe .*: $expect\$" ||
+		{ echo "probe $*: expected '$expect'"; since_mark | tail -n 5; return 1; }
+}
+
+# blk_hostile: a hostile initiator. Commands out of the volume (past its end,
+# straddling it, a sector whose byte offset overflows), misaligned, of a bad
+# length, or of a kind that takes no length, are answered -EINVAL (-22), and
+# the connection stays; a message that is not a command (an unknown opcode, an
+# inline write whose data is shorter than its length, data after a command that
+# has none, a tag over the depth) ends the connection at once. The volume is
+# untouched (its checksum is the same after), the disk still works, and the
+# target is back to the disk's two connections.
+blk_hostile() {
+	local before after bad=0 last=$((VOL_MB * 2048)) args expect
+	before=$(dd if=/dev/rrbd0 bs=1M iflag=direct 2> /dev/null | md5sum)
+	while IFS='|' read -r args expect; do
+		[ -n "$args" ] || continue
+		blk_probe "$expect" $args || bad=1
+	done <<-EOF
+	op=1 sector=0 len=4096|answered 0
+	op=5 sector=8 len=4096|answered 0
+	op=1 sector=$last len=4096|answered -22
+	op=2 sector=$((last - 8)) len=8192|answered -22
+	op=2 sector=36028797018963968 len=4096|answered -22
+	op=1 sector=1 len=4096|answered -22
+	op=1 sector=0 len=1000|answered -22
+	op=1 sector=0 len=0|answered -22
+	op=2 sector=0 len=262144|answered -22
+	op=5 sector=0 len=8192|answered -22
+	op=6 sector=$last len=4096 inline=4096|answered -22
+	op=3 sector=0 len=4096|answered -22
+	op=4 sector=$last len=4096|answered -22
+	op=9 sector=0 len=4096|the target ended the connection
+	op=6 sector=0 len=4096 inline=100|the target ended the connection
+	op=5 sector=0 len=4096 inline=4|the target ended the connection
+	op=1 sector=0 len=4096 tag=1|the target ended the connection
+	EOF
+	after=$(dd if=/dev/rrbd0 bs=1M iflag=direct 2> /dev/null | md5sum)
+	[ "$after" = "$before" ] || { echo "the volume changed: $before, then $after"; bad=1; }
+	wait_for 30 blk_target_connections 2 || { echo "the probes' connections did not end"; cat $BLK/status; bad=1; }
+	blk_disk_has state=live || { echo "the disk is not live"; cat $BLK/status; bad=1; }
+	[ $bad = 0 ]
+}
+
 # blk_fs: mke2fs, mount, copy files in, umount, e2fsck clean, mount again,
 # checksums match.
 blk_fs() {
@@ -151,18 +215,19 @@ blk_suite() {
 	check blk_bad_control_input blk_bad_ctl
 	check blk_export blk_export
 	check blk_connect_two_queues blk_connect queues=2 depth=16
-	check blk_capacity_and_block_size sh -c "[ \$(cat /sys/block/rrbd0/size) = $((VOL_MB * 2048)) ] && [ \$(cat /sys/block/rrbd0/queue/logical_block_size) = 4096 ]"
+	check blk_capacity_and_block_size blk_capacity_ok
 	check blk_pattern_whole_disk blk_pattern
 	check blk_random_4k_qd1 blk_random 1 64
 	check blk_random_4k_qd8 blk_random 8 24
 	check blk_two_hw_queues blk_queues
+	check blk_hostile_initiator blk_hostile
 	check blk_mkfs_mount_fsck blk_fs
 	check blk_status_clean blk_disk_has state=live
-	check blk_disconnect sh -c "echo disconnect dev=rrbd0 > $BLK/ctl && [ ! -e /dev/rrbd0 ]"
+	check blk_disconnect blk_disconnect
 	# The target goes away under I/O: unexport; the disk fails, then goes.
 	check blk_unexport_under_io blk_connect depth=8
 	check blk_unexport_fails_io blk_io_fails blk_ctl unexport name=vol0
-	check blk_failed_disk_disconnects sh -c "echo disconnect dev=rrbd0 > $BLK/ctl && [ ! -e /dev/rrbd0 ]"
+	check blk_failed_disk_disconnects blk_disconnect
 	# rdma link delete of the device both ends use, under I/O; then a new
 	# connect works on the device added again.
 	check blk_export_again blk_export
@@ -182,4 +247,100 @@ back_to_resources() {
 	wait_for 10 resources_same_as "$1" && return 0
 	rdma_resources | diff "$1" -
 	return 1
+}
+
+# --- Two guests: peer-b (10.88.0.2) is the target, peer-a the initiator. The
+# steps meet over TCP (guest-peers.sh's nc_send/nc_recv, ports 5040-5049): b
+# exports and says so; a checks the disk, then takes b's side away under I/O
+# (rmmod, rdma link delete: a asks, b does it and exports again); last, a's own
+# rmmod under I/O, which b sees as its connections ending.
+BLK_PEER_A=10.88.0.1 BLK_PEER_B=10.88.0.2
+
+# blk_peer_says PORT WORD: the other guest said WORD on PORT.
+blk_peer_says() {
+	local w
+	w=$(nc_recv "$1")
+	[ "$w" = "$2" ] || { echo "expected '$2' from the peer on port $1, got '$w'"; return 1; }
+}
+# peer-b: a unloaded its module under I/O; its connections end here within 30 s.
+blk_target_sees_rmmod() {
+	blk_peer_says 5046 rmmod || return 1
+	wait_for 30 blk_target_connections 0 || { cat $BLK/status; return 1; }
+}
+# rdma_peer_b's last case deletes rxe0: the target needs it back.
+blk_have_rxe0() { [ -e /sys/class/infiniband/rxe0 ] || add_rxe rxe0 eth0; }
+
+# peer-b: export vol0, tell a on PORT, wait for a's next word on PORT + 1.
+blk_target_serve() {
+	blk_export || return 1
+	nc_send $BLK_PEER_A "$1" exported || { echo "a did not take the word"; return 1; }
+}
+# peer-b: on a's word, take the target away with FAULT... (a runs I/O), then
+# bring it back and export again: the next step's word goes to PORT + 1.
+blk_target_fault() {
+	local port=$1
+	shift
+	blk_peer_says "$port" fault || return 1
+	"$@" || { echo "'$*' failed"; return 1; }
+	echo "'$*' done"
+	[ -e /sys/class/infiniband/rxe0 ] || add_rxe rxe0 eth0 || return 1
+	[ -d $BLK ] || insmod $BLK_KO || return 1
+	blk_target_serve $((port + 1))
+}
+
+mode_blk_peer_b() {
+	VOL_MB=8 BLK_ADDR=$BLK_PEER_B
+	suite_begin rdma_blk_peer_b
+	echo clear > /sys/kernel/debug/kmemleak 2> /dev/null
+	blk_have_rxe0
+	rdma_resources > /tmp/blk-base
+	check blk_rxe0_on_eth0 blk_have_rxe0
+	check blk_insmod insmod $BLK_KO
+	check blk_export_for_peer blk_target_serve 5040
+	check blk_peer_checks_done blk_peer_says 5041 done
+	check blk_rmmod_under_peer_io blk_target_fault 5042 timeout 60 rmmod rdma_rust_blk
+	check blk_link_delete_under_peer_io blk_target_fault 5044 timeout 60 rdma link delete rxe0
+	# a's rmmod under I/O: its connections end here too.
+	check blk_peer_rmmod_seen blk_target_sees_rmmod
+	check blk_unexport blk_ctl unexport name=vol0
+	check blk_rmmod timeout 60 rmmod rdma_rust_blk
+	check blk_resources_back back_to_resources /tmp/blk-base
+	check kmemleak_clean kmemleak_clean
+	suite_end
+}
+
+mode_blk_peer_a() {
+	VOL_MB=8 BLK_ADDR=$BLK_PEER_B
+	suite_begin rdma_blk_peer_a
+	echo clear > /sys/kernel/debug/kmemleak 2> /dev/null
+	rdma_resources > /tmp/blk-base
+	check blk_insmod insmod $BLK_KO
+	check blk_peer_exported blk_peer_says 5040 exported
+	check blk_connect_two_queues blk_connect queues=2 depth=16
+	check blk_capacity_and_block_size blk_capacity_ok
+	check blk_pattern_whole_disk blk_pattern
+	check blk_random_4k_qd4 blk_random 4 16
+	# (No hardware-queue case: these guests have one CPU, which blk-mq maps to
+	# queue 0. The one-guest suite has it.)
+	check blk_mkfs_mount_fsck blk_fs
+	check blk_status_clean blk_disk_has state=live
+	check blk_disconnect blk_disconnect
+	nc_send $BLK_PEER_B 5041 done
+	# The target's module unloaded under I/O: the disk fails, then goes.
+	check blk_connect_again blk_connect depth=8
+	check blk_peer_rmmod_fails_io blk_io_fails nc_send $BLK_PEER_B 5042 fault
+	check blk_failed_disk_disconnects blk_disconnect
+	# The target's device deleted under I/O.
+	check blk_peer_exported_again blk_peer_says 5043 exported
+	check blk_connect_after_peer_rmmod blk_connect depth=8
+	check blk_peer_link_delete_fails_io blk_io_fails nc_send $BLK_PEER_B 5044 fault
+	check blk_failed_disk_disconnects_again blk_disconnect
+	# This side's module unloaded under I/O: the disk is removed.
+	check blk_peer_exported_third blk_peer_says 5045 exported
+	check blk_connect_after_peer_link_delete blk_connect queues=2 depth=8
+	check blk_rmmod_under_io blk_io_fails timeout 60 rmmod rdma_rust_blk
+	nc_send $BLK_PEER_B 5046 rmmod
+	check blk_resources_back back_to_resources /tmp/blk-base
+	check kmemleak_clean kmemleak_clean
+	suite_end
 }

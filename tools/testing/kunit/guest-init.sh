@@ -477,6 +477,7 @@ mode_run() {
 . /lib/rdmatest/ulp.sh
 . /lib/rdmatest/peers.sh
 . /lib/rdmatest/bench.sh
+. /lib/rdmatest/bench-blk.sh
 . /lib/rdmatest/stress.sh
 . /lib/rdmatest/blk.sh
 

@@ -352,7 +352,6 @@ mode_peer_a() {
 	check cm_ulp_ud_client_to_peer cm_peer_a_ud_client
 	check cm_ulp_multicast_sender cm_peer_a_mcast_sender
 	check cm_peer_link_delete_seen cm_peer_a_link_delete_server
-	check peer_killed_mid_connection survivor_cycle
 	cat $ULP/stats | while IFS= read -r l; do kmsg "rdmatest: peer-a: $l"; done
 	check ulp_rmmod timeout 30 rmmod rdma_rust_ulp
 	suite_end
@@ -363,6 +362,16 @@ mode_peer_a() {
 	printf rdma_storage > /sys/module/kunit/parameters/filter_glob
 	insmod /lib/modules/extra/rdma_kunit.ko || say "rdmatest: insmod rdma_kunit failed"
 	rmmod rdma_kunit
+
+	# rdma_rust_blk between the guests (guest-blk.sh): b is the target.
+	mode_blk_peer_a
+
+	# Last: b is killed mid-connection.
+	suite_begin rdma_peer_a_kill
+	check ulp_insmod insmod $ULP_KO
+	check peer_killed_mid_connection survivor_cycle
+	check ulp_rmmod timeout 30 rmmod rdma_rust_ulp
+	suite_end
 }
 
 mode_peer_b() {
@@ -405,6 +414,8 @@ mode_peer_b() {
 	cat $ULP/stats | while IFS= read -r l; do kmsg "rdmatest: peer-b: $l"; done
 	check ulp_rmmod timeout 30 rmmod rdma_rust_ulp
 	suite_end
+	# rdma_rust_blk between the guests (guest-blk.sh): this guest is the target.
+	mode_blk_peer_b
 	# Last: peer-a's peer_killed_mid_connection kills this guest.
 	victim_serve
 }

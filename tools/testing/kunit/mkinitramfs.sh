@@ -3,6 +3,9 @@
 # Build the guest's initramfs: busybox, iproute2 (ip, rdma), rdma-core tools
 # (rping, perftest, ibv_*) with their shared libraries and the rxe verbs
 # provider, the kernel's modules, the project's modules, and /init.
+# On the release flavor also initramfs-bench.cpio.gz: the same with fio and
+# nvme-cli, for the bench guest only (fio's shared libraries are 80 MB, 35 MB
+# compressed, nvme-cli's 4 MB: every other boot would pay for unpacking them).
 . "$(dirname "$0")/lib.sh"
 
 out=$IMAGES/initramfs.cpio.gz
@@ -61,6 +64,7 @@ mkdir -p "$root/lib/rdmatest"
 cp "$KUNIT_DIR/guest-ulp.sh" "$root/lib/rdmatest/ulp.sh"
 cp "$KUNIT_DIR/guest-peers.sh" "$root/lib/rdmatest/peers.sh"
 cp "$KUNIT_DIR/guest-bench.sh" "$root/lib/rdmatest/bench.sh"
+cp "$KUNIT_DIR/guest-bench-blk.sh" "$root/lib/rdmatest/bench-blk.sh"
 cp "$KUNIT_DIR/guest-stress.sh" "$root/lib/rdmatest/stress.sh"
 cp "$KUNIT_DIR/guest-blk.sh" "$root/lib/rdmatest/blk.sh"
 # RDMATEST_SCRIPT=FILE: a script of one's own for the bench guest (BENCH_CASES=script).
@@ -69,3 +73,24 @@ cp "$KUNIT_DIR/guest-blk.sh" "$root/lib/rdmatest/blk.sh"
 (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > "$out.tmp"
 mv "$out.tmp" "$out"
 log "initramfs: $out ($(du -h "$out" | cut -f1))"
+
+# fio and nvme-cli for the bench guest: a second archive appended to the first
+# (the kernel unpacks them in turn), built once and kept until they change.
+if [ "$FLAVOR" = release ]; then
+	fio_cpio=$IMAGES/fio.cpio.gz
+	for b in /usr/bin/fio /usr/sbin/nvme; do
+		[ -x $b ] || die "missing $b (run tools/testing/kunit/setup.sh)"
+	done
+	if [ ! -s "$fio_cpio" ] || [ /usr/bin/fio -nt "$fio_cpio" ] || [ /usr/sbin/nvme -nt "$fio_cpio" ]; then
+		froot=$IMAGES/fio-root
+		rm -rf "$froot"
+		mkdir -p "$froot/usr/bin"
+		cp -L /usr/bin/fio /usr/sbin/nvme "$froot/usr/bin/"
+		root=$froot copy_with_parents $(libs_of /usr/bin/fio /usr/sbin/nvme)
+		(cd "$froot" && find . | cpio -o -H newc --quiet | gzip -1) > "$fio_cpio.tmp"
+		mv "$fio_cpio.tmp" "$fio_cpio"
+		rm -rf "$froot"
+	fi
+	cat "$out" "$fio_cpio" > "$IMAGES/initramfs-bench.cpio.gz"
+	log "bench initramfs (with fio, nvme-cli): $IMAGES/initramfs-bench.cpio.gz ($(du -h "$IMAGES/initramfs-bench.cpio.gz" | cut -f1))"
+fi

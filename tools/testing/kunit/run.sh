@@ -64,7 +64,7 @@ vm() {
 	( timeout -k 10 "$VM_TIMEOUT" nice -n "${VM_NICE:-0}" qemu-system-x86_64 \
 		-nographic -no-reboot -monitor none -cpu max,la57=off -m "${VM_MEM:-512}" \
 		-pidfile "$run_dir/$name.pid" \
-		-kernel "$BZIMAGE" -initrd "$IMAGES/initramfs.cpio.gz" \
+		-kernel "$BZIMAGE" -initrd "${VM_INITRD:-$IMAGES/initramfs.cpio.gz}" \
 		-append "console=ttyS0 panic=-1 oops=panic printk.devkmsg=on acpi=noirq watchdog_thresh=30 rcupdate.rcu_cpu_stall_timeout=60 log_buf_len=4M $cmdline" \
 		"$@" < /dev/null > "$log" 2>&1; exit $? ) 2>> "$log" && rc=0 || rc=$?
 	if [ -e "$run_dir/$name.killed" ]; then
@@ -206,7 +206,8 @@ if [ "$mode" = bench ]; then
 	log "one guest on the release kernel: the ULP against perftest and rping (log: $run_dir/bench.log)"
 	logs=() status=ok
 	if [ "${BENCH_TOPOLOGY:-all}" != peers ]; then
-		VM_MEM=1024 vm bench "rdmatest=bench $extra" -smp 2 -net none
+		VM_MEM=1024 VM_INITRD=$IMAGES/initramfs-bench.cpio.gz \
+			vm bench "rdmatest=bench $extra" -smp 2 -net none
 		logs+=("$run_dir/bench.log")
 		[ "$(cat "$run_dir/bench.status")" = ok ] || status="bench: $(cat "$run_dir/bench.status")"
 	fi
@@ -300,7 +301,7 @@ fi
 if [ "$TOPOLOGY" != loopback ] && [ "$TOPOLOGY" != none ]; then
 	guests+=(--guest "peer_a=$run_dir/peer-a.log=$(cat "$run_dir/peer-a.status")")
 	guests+=(--guest "peer_b=$run_dir/peer-b.log=$(cat "$run_dir/peer-b.status")")
-	expect+=,rdma_peer_a,rdma_peer_b,rdma_storage_mr
+	expect+=,rdma_peer_a,rdma_peer_b,rdma_storage_mr,rdma_blk_peer_a,rdma_blk_peer_b,rdma_peer_a_kill
 fi
 
 python3 "$KUNIT_DIR/ktap_collect.py" --expect "$expect" "${guests[@]}" \

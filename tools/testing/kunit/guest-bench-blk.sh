@@ -1,0 +1,180 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0
+#
+# `make bench`'s block cases: rdma_rust_blk against its C peer, nvme-rdma, in
+# the bench guest on the same rxe0 (loopback), with the same tool on both disks:
+#
+#   peer: nvmet with the RDMA transport, a namespace on a RAM disk (brd) of the
+#         volume's size, and the nvme-rdma host (`nvme connect`): /dev/nvme0n1;
+#   ULP:  rdma_rust_blk exporting a RAM volume of that size, and its initiator:
+#         /dev/rrbd0;
+#
+# both with two I/O queues of the same depth. fio (libaio, O_DIRECT) runs each
+# case on one disk, then the other, round after round, and the lines are those
+# of guest-bench.sh (`rdmabench: run case=...`): IOPS, MB/s, or the p50 and p99
+# completion latency in us of the QD 1 runs; cpu_us is the guest's CPU time per
+# I/O. Before the timed runs, fio writes and verifies a pattern on each disk.
+# Sourced by guest-init.sh; uses guest-bench.sh's helpers.
+
+BLKB_MB=64
+BLKB_DEPTH=64
+BLKB_QUEUES=2
+BLKB_NQN=rdma-bench
+NVMET=/sys/kernel/config/nvmet
+
+# A case: NAME KIND RW BS QD. The QD 1 cases also give the latency rows
+# (NAME_lat, kind blklat).
+BLKB_CASES="
+blk_randread_4k_qd1 iops randread 4k 1
+blk_randwrite_4k_qd1 iops randwrite 4k 1
+blk_randread_4k_qd32 iops randread 4k 32
+blk_randwrite_4k_qd32 iops randwrite 4k 32
+blk_read_128k_qd8 bw read 128k 8
+blk_write_128k_qd8 bw write 128k 8
+"
+
+# blkb_nvme_up: an NVMe-oF target on rxe0's address with a brd namespace, and
+# the nvme-rdma host connected to it; prints the disk's name.
+blkb_nvme_up() {
+	local p=$NVMET/ports/1 s=$NVMET/subsystems/$BLKB_NQN id d
+	modprobe brd rd_nr=1 rd_size=$((BLKB_MB * 1024)) max_part=0 || return 1
+	modprobe nvmet-rdma && modprobe nvme-rdma || return 1
+	[ -d $NVMET ] || mount -t configfs none /sys/kernel/config || return 1
+	mkdir $s && echo 1 > $s/attr_allow_any_host && mkdir $s/namespaces/1 &&
+		printf /dev/ram0 > $s/namespaces/1/device_path && echo 1 > $s/namespaces/1/enable &&
+		mkdir $p && echo rdma > $p/addr_trtype && echo ipv4 > $p/addr_adrfam &&
+		echo $BENCH_ADDR > $p/addr_traddr && echo 4420 > $p/addr_trsvcid &&
+		ln -s $s $p/subsystems/$BLKB_NQN || return 1
+	# nvme-cli makes a host NQN from the machine's DMI UUID, which does not
+	# match the host ID it makes: give it both.
+	id=$(cat /proc/sys/kernel/random/uuid)
+	/usr/bin/nvme connect -t rdma -a $BENCH_ADDR -s 4420 -n $BLKB_NQN -i $BLKB_QUEUES -Q $BLKB_DEPTH \
+		--hostnqn=nqn.2014-08.org.nvmexpress:uuid:$id --hostid=$id >&2 || return 1
+	for _ in $(seq 1 50); do
+		d=$(ls /sys/block | grep '^nvme[0-9]*n1$' | head -n 1)
+		[ -z "$d" ] || { echo "$d"; return 0; }
+		sleep 0.2
+	done
+	return 1
+}
+blkb_nvme_down() {
+	/usr/bin/nvme disconnect -n $BLKB_NQN > /dev/null
+	rm -f $NVMET/ports/1/subsystems/$BLKB_NQN
+	rmdir $NVMET/ports/1
+	echo 0 > $NVMET/subsystems/$BLKB_NQN/namespaces/1/enable
+	rmdir $NVMET/subsystems/$BLKB_NQN/namespaces/1 $NVMET/subsystems/$BLKB_NQN
+	modprobe -r nvme-rdma nvmet-rdma brd
+}
+
+# blkb_rrbd_up: rdma_rust_blk's target and initiator; prints the disk's name.
+blkb_rrbd_up() {
+	local c=/sys/kernel/debug/rdma_rust_blk/ctl
+	insmod /lib/modules/extra/rdma_rust_blk.ko || return 1
+	echo "export name=bench size=${BLKB_MB}m addr=$BENCH_ADDR port=4421" > $c &&
+		echo "connect addr=$BENCH_ADDR port=4421 name=bench queues=$BLKB_QUEUES depth=$BLKB_DEPTH" > $c &&
+		[ -b /dev/rrbd0 ] && echo rrbd0
+}
+blkb_rrbd_down() {
+	echo "disconnect dev=rrbd0" > /sys/kernel/debug/rdma_rust_blk/ctl
+	rmmod rdma_rust_blk
+}
+
+# blkb_fio DEV RW BS QD SECONDS [ARGS...]: one fio job on /dev/DEV; prints
+# "IOS IOPS MB_PER_S P50_US P99_US" of the job's direction (completion latency).
+blkb_fio() {
+	local dev=$1 rw=$2 bs=$3 qd=$4 secs=$5 out
+	shift 5
+	# --thread: no fork per job; the terse (v3) line has the figures.
+	out=$(/usr/bin/fio --name=bench --filename=/dev/$dev --direct=1 --ioengine=libaio \
+		--rw=$rw --bs=$bs --iodepth=$qd --size=${BLKB_MB}m --time_based --runtime=$secs \
+		--ramp_time=1 --thread --group_reporting --output-format=terse --terse-version=3 \
+		--percentile_list=50:99 "$@" 2> /tmp/fio.err) || { cat /tmp/fio.err >&2; return 1; }
+	# Fields (1-based): 5 error; read 6 KiB, 7 KiB/s, 8 IOPS, 18-37 completion
+	# latency percentiles "P%=US"; write: the same 41 fields on.
+	echo "$out" | awk -F';' -v rw=$rw -v bs=$bs '
+		$1 != 3 { next }
+		{ o = (rw ~ /write/) ? 41 : 0
+		  if ($5 != 0) { print "fio error " $5 > "/dev/stderr"; exit 1 }
+		  for (i = 18 + o; i <= 37 + o; i++) { split($i, kv, "=")
+			if (kv[1] == "50.000000%") p50 = kv[2]; if (kv[1] == "99.000000%") p99 = kv[2] }
+		  n = bs; sub(/k$/, "", n); ios = $(6 + o) / n
+		  printf "%d %d %.2f %s %s\n", ios, $(8 + o), $(7 + o) * 1.024 / 1000, p50, p99; found = 1; exit }
+		END { exit !found }'
+}
+
+# blkb_check DEV: fio writes a pattern (random 4 KiB and sequential
+# 128 KiB, QD 16) over the first 16 MiB and verifies every block read back.
+blkb_check() {
+	local dev=$1 what= job
+	for job in "randwrite 4k" "write 128k"; do
+		set -- $job
+		/usr/bin/fio --name=check --filename=/dev/$dev --direct=1 --ioengine=libaio --rw=$1 \
+			--bs=$2 --iodepth=16 --size=16m --verify=crc32c --do_verify=1 --verify_fatal=1 \
+			--thread --output=/tmp/fio.check > /dev/null 2>&1 ||
+			{ cat /tmp/fio.check > /dev/console; return 1; }
+		what="$what $1/$2"
+	done
+	echo "$what"
+}
+
+# blkb_one CASE KIND RW BS QD SIDE DEV ROUND: one timed run; its line (and the
+# latency line of a QD 1 case).
+blkb_one() {
+	local case=$1 kind=$2 rw=$3 bs=$4 qd=$5 side=$6 dev=$7 round=$8 c0 c1 out secs=4 value cpu
+	[ -z "$BENCH_QUICK" ] || secs=1
+	c0=$(cpu_ticks)
+	out=$(blkb_fio "$dev" "$rw" "$bs" "$qd" $secs 2> /tmp/blkb.err)
+	c1=$(cpu_ticks)
+	if [ -z "$out" ]; then
+		tail -n 5 /tmp/blkb.err > /dev/console
+		bench_say "fail case=$case side=$side round=$round"
+		return 1
+	fi
+	set -- $out
+	# The guest's CPU time over the whole run (ramp included) per I/O timed.
+	cpu=$(awk -v t=$((c1 - c0)) -v m="$1" 'BEGIN { printf "%.2f", t * 10000 / (m > 0 ? m : 1) }')
+	case $kind in
+	iops) value=$2 ;;
+	bw) value=$3 ;;
+	esac
+	bench_say "run case=$case side=$side round=$round value=$value p99=0 msgs=$1 cpu_us=$cpu"
+	[ "$qd" != 1 ] ||
+		bench_say "run case=${case}_lat side=$side round=$round value=$4 p99=$5 msgs=$1 cpu_us=$cpu"
+}
+
+# bench_blk: both disks up, a verified pattern on each, the timed rounds, both
+# down; the RDMA resources back to where they were.
+bench_blk() {
+	local nvme rrbd r c k rw bs qd what
+	rdma_resources_but_pool > /tmp/blkb-res
+	nvme=$(blkb_nvme_up) || { bench_say "fail case=blk_setup side=peer round=0 (nvme-rdma)"; return 1; }
+	rrbd=$(blkb_rrbd_up) || { bench_say "fail case=blk_setup side=ulp round=0 (rdma_rust_blk)"; blkb_nvme_down; return 1; }
+	bench_say "note blk: peer /dev/$nvme (nvmet-rdma, brd namespace, nvme-rdma host), ulp /dev/$rrbd; $BLKB_MB MiB each, $BLKB_QUEUES queues of depth $BLKB_DEPTH; fio $(/usr/bin/fio --version) libaio O_DIRECT"
+	echo "$BLKB_CASES" | grep . > /tmp/blkb-cases
+	while read -r c k rw bs qd; do
+		bench_say "case case=$c kind=$k op=blk size=$(( ${bs%k} * 1024 ))"
+		[ "$qd" != 1 ] || bench_say "case case=${c}_lat kind=blklat op=blk size=$(( ${bs%k} * 1024 ))"
+	done < /tmp/blkb-cases
+	for side in peer ulp; do
+		if [ $side = peer ]; then c=$nvme; else c=$rrbd; fi
+		if what=$(blkb_check "$c"); then
+			bench_say "check case=blk_$side ok fio wrote and verified (crc32c)$what on /dev/$c"
+		else
+			bench_say "check case=blk_$side FAIL"
+		fi
+	done
+	for r in $(seq 1 "$BENCH_ROUNDS"); do
+		while read -r c k rw bs qd; do
+			blkb_one "$c" "$k" "$rw" "$bs" "$qd" peer "$nvme" "$r" < /dev/null
+			blkb_one "$c" "$k" "$rw" "$bs" "$qd" ulp "$rrbd" "$r" < /dev/null
+		done < /tmp/blkb-cases
+	done
+	bench_say "note blk: rdma_rust_blk status: $(tr '\n' ' ' < /sys/kernel/debug/rdma_rust_blk/status)"
+	blkb_rrbd_down
+	blkb_nvme_down
+	if wait_for 10 resources_but_pool_same_as /tmp/blkb-res; then
+		bench_say "resources back to where they were after the block cases (but the core's CQ pool: $(pool_cqs) idle CQs)"
+	else
+		bench_say "fail case=blk_resources: LEFT BEHIND by the block cases: $(rdma resource show | tr '\n' ';')"
+	fi
+}
