@@ -24,7 +24,7 @@
 
 use crate::proto::{
     Command, Hello, Name, Opcode, Refusal, Response, Welcome, CMD_LEN, INLINE_MAX, MAX_DEPTH,
-    MAX_IO, RESP_LEN, SECTOR,
+    MAX_DISCARD, MAX_IO, RESP_LEN, SECTOR,
 };
 use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use kernel::block::mq::{self, gen_disk::GenDisk, Op, Operations, Request, TagSet, TimeoutAction};
@@ -237,7 +237,12 @@ impl IoQueue {
         };
         let tag = rq.tag() as usize;
         let len_u = len as usize;
-        if self.dead.load(Ordering::Acquire) || len > MAX_IO {
+        let too_long = if op == Opcode::Discard {
+            len > MAX_DISCARD
+        } else {
+            len > MAX_IO
+        };
+        if self.dead.load(Ordering::Acquire) || too_long {
             self.errors.fetch_add(1, Ordering::Relaxed);
             let _ = Request::end(rq, Err(EIO));
             return Ok(());
@@ -886,6 +891,7 @@ impl Disk {
                 .logical_block_size(welcome.block_size)?
                 .physical_block_size(welcome.block_size)?
                 .max_hw_sectors(welcome.max_io.min(MAX_IO) / SECTOR as u32)?
+                .max_discard_sectors(MAX_DISCARD / SECTOR as u32)
                 .timeout_ms(IO_TIMEOUT_MS)
                 .build(format_args!("rrbd{index}"), tagset, conn.clone())
         });

@@ -39,6 +39,9 @@ pub(crate) const NAME_MAX: usize = 32;
 pub(crate) const SECTOR: u64 = 512;
 /// Largest I/O a command moves.
 pub(crate) const MAX_IO: u32 = 128 * 1024;
+/// Largest discard a command asks: the target zeroes the range in its CQ's work item, so a
+/// longer one would hold up the connection's other completions.
+pub(crate) const MAX_DISCARD: u32 = 8 << 20;
 /// Deepest queue a connection may ask for.
 pub(crate) const MAX_DEPTH: u16 = 128;
 /// Largest I/O that carries its data in its messages (and what a target offers).
@@ -320,8 +323,8 @@ impl Command {
 
     /// The byte range of a volume of `capacity` bytes the command addresses: `EINVAL` for a
     /// length of 0 (but for a flush, which has none), not a multiple of `block`, over
-    /// [`MAX_IO`] for data ([`INLINE_MAX`] inline), or a range that does not lie inside the
-    /// volume.
+    /// [`MAX_IO`] for data ([`INLINE_MAX`] inline, [`MAX_DISCARD`] for a discard), or a range
+    /// that does not lie inside the volume.
     pub(crate) fn range(&self, capacity: u64, block: u32) -> Result<core::ops::Range<u64>> {
         if self.op == Opcode::Flush {
             return if self.len == 0 { Ok(0..0) } else { Err(EINVAL) };
@@ -329,7 +332,8 @@ impl Command {
         let max = match self.op {
             Opcode::ReadInline | Opcode::WriteInline => INLINE_MAX,
             Opcode::Read | Opcode::Write => MAX_IO,
-            Opcode::Flush | Opcode::Discard => u32::MAX,
+            Opcode::Discard => MAX_DISCARD,
+            Opcode::Flush => u32::MAX,
         };
         if self.len == 0 || self.len % block != 0 || self.len > max {
             return Err(EINVAL);

@@ -429,10 +429,14 @@ struct TgtConn {
     staging: AtomicU64,
 }
 
-/// A connection's idle answers (`None`: busy) and the commands that found none, in order.
+/// A connection's idle answers and the commands that found none, in order.
 #[derive(Default)]
 struct Pool {
+    /// A stack: the idle answers are the first `idle` entries, the rest are `None` (busy).
+    /// Taking and giving back cost the same at any depth (a scan for a free entry took up to
+    /// 2 x depth steps per command, under the lock).
     answers: KVec<Option<Wr<Answer>>>,
+    idle: usize,
     waiting: KVec<Option<Command>>,
     /// The oldest waiting command, and how many wait (a ring over `waiting`).
     head: usize,
@@ -443,8 +447,11 @@ impl Pool {
     /// An idle answer, or `None` with `cmd` queued (there is room for every command the
     /// initiator may have out; `false` if there is none).
     fn take_or_queue(&mut self, cmd: Command) -> Result<Option<Wr<Answer>>, ()> {
-        if let Some(a) = self.answers.iter_mut().find_map(Option::take) {
-            return Ok(Some(a));
+        if let Some(i) = self.idle.checked_sub(1) {
+            if let Some(a) = self.answers.get_mut(i).and_then(Option::take) {
+                self.idle = i;
+                return Ok(Some(a));
+            }
         }
         let n = self.waiting.len();
         if self.queued == n {
@@ -468,8 +475,9 @@ impl Pool {
 
     /// Gives an answer back to the pool.
     fn put(&mut self, wr: Wr<Answer>) {
-        if let Some(slot) = self.answers.iter_mut().find(|a| a.is_none()) {
+        if let Some(slot) = self.answers.get_mut(self.idle) {
             *slot = Some(wr);
+            self.idle += 1;
         }
         // Otherwise the connection is being torn down: the answer goes with it.
     }
@@ -585,6 +593,7 @@ impl TgtConn {
         }
         let waiting = KVec::from_elem(None, n, GFP_KERNEL)?;
         *self.pool.lock() = Pool {
+            idle: answers.len(),
             answers,
             waiting,
             head: 0,

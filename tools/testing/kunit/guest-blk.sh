@@ -119,7 +119,8 @@ blk_probe() {
 
 # blk_hostile: a hostile initiator. Commands out of the volume (past its end,
 # straddling it, a sector whose byte offset overflows), misaligned, of a bad
-# length, or of a kind that takes no length, are answered -EINVAL (-22), and
+# length (a discard over 8 MiB too), or of a kind that takes no length, are
+# answered -EINVAL (-22), and
 # the connection stays; a message that is not a command (an unknown opcode, an
 # inline write whose data is shorter than its length, data after a command that
 # has none, a tag over the depth) ends the connection at once. The volume is
@@ -145,6 +146,7 @@ blk_hostile() {
 	op=6 sector=$last len=4096 inline=4096|answered -22
 	op=3 sector=0 len=4096|answered -22
 	op=4 sector=$last len=4096|answered -22
+	op=4 sector=0 len=$((VOL_MB << 20))|answered -22
 	op=9 sector=0 len=4096|the target ended the connection
 	op=6 sector=0 len=4096 inline=100|the target ended the connection
 	op=5 sector=0 len=4096 inline=4|the target ended the connection
@@ -155,6 +157,23 @@ blk_hostile() {
 	wait_for 30 blk_target_connections 2 || { echo "the probes' connections did not end"; cat $BLK/status; bad=1; }
 	blk_disk_has state=live || { echo "the disk is not live"; cat $BLK/status; bad=1; }
 	[ $bad = 0 ]
+}
+
+# blk_discard: the disk takes discards (up to 8 MiB each); 1 MiB discarded in
+# the middle of 3 MiB just written reads back as zeros, its neighbours as
+# written.
+blk_discard() {
+	local want got max
+	max=$(cat /sys/block/rrbd0/queue/discard_max_bytes)
+	[ "$max" = $((8 << 20)) ] || { echo "discard_max_bytes is $max"; return 1; }
+	dd if=/dev/urandom of=/tmp/d3 bs=1M count=3 2> /dev/null
+	dd if=/tmp/d3 of=/dev/rrbd0 bs=1M seek=4 oflag=direct 2> /dev/null || return 1
+	blkdiscard -o $((5 << 20)) -l $((1 << 20)) /dev/rrbd0 || return 1
+	{ dd if=/tmp/d3 bs=1M count=1; dd if=/dev/zero bs=1M count=1; dd if=/tmp/d3 bs=1M skip=2 count=1; } 2> /dev/null > /tmp/d3e
+	want=$(md5sum < /tmp/d3e)
+	got=$(dd if=/dev/rrbd0 bs=1M skip=4 count=3 iflag=direct 2> /dev/null | md5sum)
+	rm -f /tmp/d3 /tmp/d3e
+	[ "$got" = "$want" ] || { echo "read back $got, expected $want"; return 1; }
 }
 
 # blk_fs: mke2fs, mount, copy files in, umount, e2fsck clean, mount again,
@@ -221,6 +240,7 @@ blk_suite() {
 	check blk_random_4k_qd8 blk_random 8 24
 	check blk_two_hw_queues blk_queues
 	check blk_hostile_initiator blk_hostile
+	check blk_discard blk_discard
 	check blk_mkfs_mount_fsck blk_fs
 	check blk_status_clean blk_disk_has state=live
 	check blk_disconnect blk_disconnect
