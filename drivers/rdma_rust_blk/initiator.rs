@@ -51,6 +51,11 @@ const RESOLVE_MS: u32 = 2000;
 const CONNECT_MS: u32 = 10_000;
 /// How long a block request may wait for its answer before it fails (and its queue with it).
 pub(crate) const IO_TIMEOUT_MS: u32 = 15_000;
+/// How long a block request waits before its queue asks the target whether it lives (a
+/// keep-alive), and again at each multiple until [`IO_TIMEOUT_MS`]. RC has no keep-alive of its
+/// own: once the target has acknowledged a command, a target that dies before it answers is
+/// silent, and only a request of ours can find out (it fails after the QP's retries, 3.8 s).
+const KEEPALIVE_MS: u32 = 3_000;
 /// Hardware queues of a disk at most.
 pub(crate) const MAX_QUEUES: u16 = 16;
 
@@ -95,6 +100,9 @@ pub(crate) struct IoQueue {
     probe: AtomicI64,
     #[pin]
     probe_done: Signal,
+    /// The keep-alive request, when it is not posted.
+    #[pin]
+    keepalive: SpinLockBh<Option<Wr<KeepAlive>>>,
 }
 
 /// No probe was sent on the queue.
@@ -113,6 +121,8 @@ struct Slot {
     answer: Option<(i32, Option<Invalidation>)>,
     /// Bytes an inline read's answer brings (0: none).
     inline_read: usize,
+    /// Times the block request's timer ran out (every [`KEEPALIVE_MS`]).
+    ticks: u32,
 }
 
 /// A tag's request: the command's buffer and the MR of the bounce buffer.
@@ -124,6 +134,11 @@ struct Io {
     /// What the command in flight asked, for the answer.
     op: Opcode,
     len: usize,
+}
+
+/// A zero-length RDMA WRITE to the target: it completes while the target lives.
+struct KeepAlive {
+    q: Arc<IoQueue>,
 }
 
 /// A posted receive for one answer.
@@ -204,6 +219,7 @@ impl IoQueue {
         let _ = self.qp.set_error();
         let _ = self.qp.drain();
         // Everything posted is back: what the slots hold (requests that hold the queue) goes.
+        drop(self.keepalive.lock().take());
         let slots = core::mem::take(&mut *self.slots.lock());
         for s in slots {
             if let Some(rq) = s.rq {
@@ -309,6 +325,7 @@ impl IoQueue {
             s[tag].rq = Some(rq);
             s[tag].answer = None;
             s[tag].inline_read = if op == Opcode::ReadInline { len_u } else { 0 };
+            s[tag].ticks = 0;
         }
         let access = if op == Opcode::Read {
             Access::REMOTE_WRITE
@@ -504,6 +521,33 @@ impl IoQueue {
         }
     }
 
+    /// A block request of `tag` has waited another [`KEEPALIVE_MS`]: asks the target whether
+    /// it lives, unless it has waited [`IO_TIMEOUT_MS`] in all (`false`: it has). Process
+    /// context (blk-mq's timeout work).
+    fn tick(&self, tag: usize) -> bool {
+        let ticks = match self.slots.lock().get_mut(tag) {
+            Some(s) => {
+                s.ticks += 1;
+                s.ticks
+            }
+            None => return false,
+        };
+        if ticks * KEEPALIVE_MS >= IO_TIMEOUT_MS || self.dead.load(Ordering::Acquire) {
+            return false;
+        }
+        // `None`: the last keep-alive is still out.
+        let Some(wr) = self.keepalive.lock().take() else {
+            return true;
+        };
+        if let Err(e) = self.qp.post_send(wr, |_, ops| {
+            ops.keepalive()?;
+            Ok(())
+        }) {
+            *self.keepalive.lock() = Some(e.wr);
+        }
+        true
+    }
+
     /// Posts an answer receive; dropped if the QP is being drained.
     fn post_answer(wr: Wr<Answer>) {
         let qp = wr.data().q.qp.clone();
@@ -529,6 +573,20 @@ impl Completion for Io {
             return;
         }
         q.complete(tag);
+    }
+}
+
+impl Completion for KeepAlive {
+    fn done(wr: Wr<Self>, wc: &Wc) {
+        let q = wr.data().q.clone();
+        if !wc.is_ok() && wc.status() != WcStatus::WrFlushErr {
+            q.fail(
+                format_args!("the target does not answer: keep-alive {:?}", wc.status()),
+                false,
+            );
+        }
+        // Back in its place in every case: `close` frees it, after the drain.
+        *q.keepalive.lock() = Some(wr);
     }
 }
 
@@ -578,10 +636,15 @@ impl Operations for Blk {
     fn commit_rqs(_conn: ArcBorrow<'_, Conn>) {}
 
     fn timeout(conn: ArcBorrow<'_, Conn>, rq: &Request<Self>) -> TimeoutAction {
-        conn.timeouts.fetch_add(1, Ordering::Relaxed);
         let Some(q) = conn.queues.get(rq.hw_queue() as usize) else {
             return TimeoutAction::ResetTimer;
         };
+        // A keep-alive asks the target whether it lives: if not, it fails the queue (and this
+        // request) within the QP's retries.
+        if q.tick(rq.tag() as usize) {
+            return TimeoutAction::ResetTimer;
+        }
+        conn.timeouts.fetch_add(1, Ordering::Relaxed);
         pr_err!(
             "queue {}: a request of {} bytes at sector {} timed out after {} ms\n",
             q.index,
@@ -754,6 +817,7 @@ pub(crate) fn connect_queue(spec: &ConnectSpec, index: u16) -> Result<(Arc<IoQue
             errors: AtomicU64::new(0),
             probe: AtomicI64::new(PROBE_IDLE),
             probe_done <- Signal::new(),
+            keepalive <- new_spinlock_bh!(None, "rdma_rust_blk_keepalive"),
         }),
         GFP_KERNEL,
     )?;
@@ -800,6 +864,7 @@ fn fill(q: &Arc<IoQueue>, pd: &Arc<Pd>, depth: u16) -> Result {
         )?;
     }
     *q.slots.lock() = slots;
+    *q.keepalive.lock() = Some(Wr::new(KeepAlive { q: q.clone() }, GFP_KERNEL)?);
     for _ in 0..depth {
         let a = Answer {
             q: q.clone(),
@@ -892,7 +957,7 @@ impl Disk {
                 .physical_block_size(welcome.block_size)?
                 .max_hw_sectors(welcome.max_io.min(MAX_IO) / SECTOR as u32)?
                 .max_discard_sectors(MAX_DISCARD / SECTOR as u32)
-                .timeout_ms(IO_TIMEOUT_MS)
+                .timeout_ms(KEEPALIVE_MS)
                 .build(format_args!("rrbd{index}"), tagset, conn.clone())
         });
         match built {

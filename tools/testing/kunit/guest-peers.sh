@@ -250,6 +250,9 @@ cm_peer_b_link_delete_client() {
 # the victim's word twice a second). The server's connection fails too, and
 # stopping the server run frees it. UD is left out: a UD sender completes
 # whether anyone listens, and a UD receiver cannot tell silence from death.
+# rdma_rust_blk too: the survivor reads a disk served by the victim, and the
+# reader must fail within the bound (a request in flight to the dead target
+# fails like the runs' do), and the disk disconnect.
 KILL_BOUND_S=15
 VICTIM=10.88.0.2 SURVIVOR=10.88.0.1
 # victim_serve: the victim's side; ends with the host killing this guest. rxe0
@@ -266,6 +269,8 @@ victim_serve() {
 	ulp_ctl connect id="$id" peer="$ea" || return 1
 	ulp_ctl start cm=server addr=$VICTIM port=7310 size=4096 count=$HUGE || return 1
 	ulp_cm_start cm=client addr=$SURVIVOR port=7311 size=4096 count=$HUGE || return 1
+	[ -d $BLK ] || insmod $BLK_KO || return 1
+	blk_ctl export name=vkill size=8m addr=$VICTIM port=7402 || return 1
 	nc_send $SURVIVOR 5034 ready || return 1
 	[ "$(nc_recv 5035)" = kill ] || { echo "no word from the survivor"; return 1; }
 	# run.sh's reaper kills this guest's QEMU when it sees this on the console.
@@ -297,7 +302,8 @@ kill_watch() {
 # survivor_cycle: one victim, started, used and killed; the survivor's runs end
 # with RetryExcErr within the bound, everything is freed, nothing hangs.
 survivor_cycle() {
-	local srv rc cm eb ends why=
+	local srv rc cm eb ends t reader why=
+	[ -d $BLK ] || insmod $BLK_KO || return 1
 	baseline kill
 	wait_for 180 ping -c 1 -W 1 $VICTIM || { echo "the victim did not come up"; return 1; }
 	ulp_ctl start cm=server addr=$SURVIVOR port=7311 size=4096 count=$HUGE || return 1
@@ -312,6 +318,11 @@ survivor_cycle() {
 	ulp_cm_start cm=client addr=$VICTIM port=7310 size=4096 count=$HUGE || return 1
 	cm=$(ulp_last_id)
 	wait_for 60 all_moving "$rc" "$cm" "$srv" || { cat $ULP/stats; ulp_ctl stop all; echo "not all runs move data"; return 1; }
+	blk_ctl connect addr=$VICTIM port=7402 name=vkill || { ulp_ctl stop all; echo "no disk from the victim"; return 1; }
+	rm -f /tmp/kill-reader
+	(while dd if=/dev/rrbd0 of=/dev/null bs=64k iflag=direct 2> /dev/null; do :; done
+		uptime_ms > /tmp/kill-reader) &
+	reader=$!
 	mark
 	nc_send $VICTIM 5035 kill || { ulp_ctl stop all; echo "the victim did not take the word"; return 1; }
 	kill_t0=$(uptime_ms)
@@ -320,6 +331,16 @@ survivor_cycle() {
 	while read -r id t; do
 		stress_say "peer kill: run $id ended with an error $t ms after the kill was asked (bound ${KILL_BOUND_S} s)"
 	done < /tmp/kill-ends
+	# The disk's reader: it has failed by now, or does within what is left of the bound.
+	if wait_for $KILL_BOUND_S test -e /tmp/kill-reader; then
+		t=$(( $(cat /tmp/kill-reader) - kill_t0 ))
+		stress_say "peer kill: rrbd0's reader failed $t ms after the kill was asked (bound ${KILL_BOUND_S} s)"
+		[ "$t" -le $((KILL_BOUND_S * 1000)) ] || why="$why; rrbd0's reader failed after the bound"
+	else
+		why="$why; rrbd0's reader did not fail"
+		kill $reader 2> /dev/null
+	fi
+	timeout 30 sh -c "echo disconnect dev=rrbd0 > $BLK/ctl" || why="$why; disconnecting rrbd0 failed or hung"
 	for id in $rc $cm; do
 		[ "$(ulp_stat "$id" errors)" -gt 0 ] || why="$why; run $id ended without an error"
 		since_mark | grep -q "run $id: .*RetryExcErr" || why="$why; run $id: no RetryExcErr in the log"
@@ -371,6 +392,7 @@ mode_peer_a() {
 	check ulp_insmod insmod $ULP_KO
 	check peer_killed_mid_connection survivor_cycle
 	check ulp_rmmod timeout 30 rmmod rdma_rust_ulp
+	check blk_rmmod timeout 30 rmmod rdma_rust_blk
 	suite_end
 }
 
@@ -434,6 +456,7 @@ mode_kill_survivor() {
 	check peer_kill_cycles stress_kind peer_kill "$kills" survivor_cycle
 	[ ! -s /tmp/stress-why ] || cat /tmp/stress-why > /dev/console
 	check ulp_rmmod timeout 60 rmmod rdma_rust_ulp
+	check blk_rmmod timeout 60 rmmod rdma_rust_blk
 	check back_to_baseline back_to_baseline none
 	# The release kernel has no kmemleak.
 	[ "$(arg rdmatest.flavor)" = release ] || check kmemleak_clean kmemleak_clean

@@ -321,8 +321,11 @@ stress_report() {
 		/rdmastress: link add profile: ms [0-9]/ { sub(".*profile: ms ", ""); more = more k ": rdma link add, three times (ms): " $0 "\n" }
 		/rdmastress: peer kill: run [0-9]+ ended/ { for (i = 1; i <= NF; i++) if ($i == "error") t = $(i + 1)
 			kn++; if (t > kt) kt = t }
+		/rdmastress: peer kill: rrbd0.s reader failed/ { for (i = 1; i <= NF; i++) if ($i == "failed") t = $(i + 1)
+			dn++; if (t > dt) dt = t }
 		END { printf "%s", more
-			if (kn) printf "%s: peer killed: %d client runs ended with an error, at most %.1f s after the kill was asked\n", k, kn, kt / 1000 }' "$@" | tee "$run_dir/stress.txt"
+			if (kn) printf "%s: peer killed: %d client runs ended with an error, at most %.1f s after the kill was asked\n", k, kn, kt / 1000
+			if (dn) printf "%s: peer killed: %d rdma_rust_blk disk readers failed, at most %.1f s after the kill was asked\n", k, dn, dt / 1000 }' "$@" | tee "$run_dir/stress.txt"
 }
 if [ "$mode" = stress ]; then
 	stress_report $(ls "$run_dir"/stress.log "$run_dir"/kill-survivor.log 2> /dev/null)
