@@ -283,6 +283,17 @@ impl Handler for TgtEv {
                     s.end();
                 }
             }
+            Event::Established { .. } => {
+                // A connection the peer broke before ib_cm had the RTU could not send its DREQ
+                // then (ib_cm sends none before the connection is established): it goes now.
+                let l = export.link.lock();
+                let session = l.sessions.iter().flatten().find(|s| {
+                    core::ptr::eq(&*s.id as *const Id, id) && s.conn.broken.load(Ordering::Acquire)
+                });
+                if let Some(s) = session {
+                    let _ = s.id.disconnect();
+                }
+            }
             _ => {}
         }
     }
@@ -650,6 +661,8 @@ impl TgtConn {
                 .iter()
                 .flatten()
                 .find(|s| core::ptr::eq(&*s.conn, self));
+            // Before ib_cm has the peer's RTU this sends nothing: the `Established` event
+            // disconnects then.
             if let Some(s) = session {
                 let _ = s.id.disconnect();
             }
