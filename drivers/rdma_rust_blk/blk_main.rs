@@ -543,14 +543,16 @@ fn status(s: &State, t: &mut Text) -> core::fmt::Result {
     writeln!(t, "disks:")?;
     for d in s.disks.lock().iter().flatten() {
         let c = &d.conn;
-        let (mut completed, mut errors) = (0, 0);
+        let (mut completed, mut errors, mut lent, mut copied) = (0, 0, 0, 0);
         for q in c.queues.iter() {
-            completed += q.completed.load(Relaxed);
-            errors += q.errors.load(Relaxed);
+            completed += q.stats.completed.load(Relaxed);
+            errors += q.stats.errors.load(Relaxed);
+            lent += q.stats.writes_lent.load(Relaxed);
+            copied += q.stats.writes_copied.load(Relaxed);
         }
         writeln!(
             t,
-            "  rrbd{} name={} target={} dev={} queues={} capacity={} block={} state={} in_flight={} completed={} errors={} timeouts={}",
+            "  rrbd{} name={} target={} dev={} queues={} capacity={} block={} state={} in_flight={} completed={} errors={} timeouts={} inline_writes_lent={} inline_writes_copied={}",
             d.index,
             c.name,
             c.addr,
@@ -562,12 +564,14 @@ fn status(s: &State, t: &mut Text) -> core::fmt::Result {
             c.in_flight(),
             completed,
             errors,
-            c.timeouts.load(Relaxed)
+            c.timeouts.load(Relaxed),
+            lent,
+            copied
         )?;
         write!(t, "    per_queue_completed=")?;
         for (i, q) in c.queues.iter().enumerate() {
             let sep = if i == 0 { "" } else { "," };
-            write!(t, "{sep}{}", q.completed.load(Relaxed))?;
+            write!(t, "{sep}{}", q.stats.completed.load(Relaxed))?;
         }
         writeln!(t)?;
     }

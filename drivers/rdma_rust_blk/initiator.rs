@@ -12,8 +12,12 @@
 //! time (an error, a timeout, a dead target) without waiting for the adapter, and the bounce
 //! buffer, which the queue owns, outlives every access the target could still make.
 //!
-//! An I/O of at most the target's inline size names no buffer and registers nothing: a write's
-//! data is copied after its command in the command's buffer, a read's comes after its answer
+//! An I/O of at most the target's inline size names no buffer and registers nothing. A write's
+//! data goes in the command's SEND without a copy: the block request's pages are lent to the
+//! device ([`DmaLent`], which holds a reference to the request) and gathered after the
+//! command, and the request cannot end before the SEND has come back and unmapped them (ending
+//! needs the only reference). So a queue that fails ends such a request when its SEND comes
+//! back flushed, not at once ([`IoQueue::end_failed`]). A read's data comes after its answer
 //! and is copied into the block request's pages when the answer lands, before its receive
 //! buffer is posted again.
 //!
@@ -34,7 +38,7 @@ use kernel::rdma::{
     cm::{CmId, ConnParam, Event, Handler, Id, PortSpace, SockAddr},
     cq::{Cq, Invalidation, PollContext, Wc, WcStatus},
     device::Device,
-    dma::{DmaBuf, FromDevice, ToDevice},
+    dma::{DmaBuf, DmaLent, FromDevice, ToDevice, MAX_SGE},
     mr::{Access, Mr},
     pd::Pd,
     qp::{Qp, QpCaps, Rts},
@@ -91,10 +95,12 @@ pub(crate) struct IoQueue {
     dead: AtomicBool,
     /// Largest I/O sent with its data inline (the target's offer, within [`INLINE_MAX`]).
     inline_max: u32,
+    /// Most segments of an inline write's pages that its SEND gathers after the command (a
+    /// write with more is copied into the command's buffer).
+    lend_max: usize,
     #[pin]
     id: Mutex<Option<CmId<IniEv>>>,
-    pub(crate) completed: AtomicU64,
-    pub(crate) errors: AtomicU64,
+    pub(crate) stats: QueueStats,
     /// A probe's answer ([`PROBE_IDLE`], [`PROBE_WAITING`] or its status), and its signal,
     /// which a failure of the queue gives too (see `probe.rs`).
     probe: AtomicI64,
@@ -103,6 +109,18 @@ pub(crate) struct IoQueue {
     /// The keep-alive request, when it is not posted.
     #[pin]
     keepalive: SpinLockBh<Option<Wr<KeepAlive>>>,
+}
+
+/// What a queue counts, for the status file.
+#[derive(Default)]
+pub(crate) struct QueueStats {
+    /// Block requests ended (an answer came back).
+    pub(crate) completed: AtomicU64,
+    /// Block requests failed.
+    pub(crate) errors: AtomicU64,
+    /// Inline writes sent from the block request's pages, and copied (too many segments).
+    pub(crate) writes_lent: AtomicU64,
+    pub(crate) writes_copied: AtomicU64,
 }
 
 /// No probe was sent on the queue.
@@ -131,6 +149,8 @@ struct Io {
     tag: u16,
     cmd: DmaBuf<ToDevice>,
     mr: Mr,
+    /// An inline write's pages, lent to the device while its SEND is posted.
+    lent: Option<DmaLent<ARef<Request<Blk>>>>,
     /// What the command in flight asked, for the answer.
     op: Opcode,
     len: usize,
@@ -199,14 +219,49 @@ impl IoQueue {
         }
         let n = self.slots.lock().len();
         for tag in 0..n {
-            let rq = self.slots.lock().get_mut(tag).and_then(|s| {
-                s.answer = None;
-                s.rq.take()
-            });
-            if let Some(rq) = rq {
-                self.errors.fetch_add(1, Ordering::Relaxed);
-                let _ = Request::end(rq, Err(EIO));
+            self.end_failed(tag);
+        }
+    }
+
+    /// Ends the block request of `tag`, if any, with `EIO`, unless its pages are still lent to
+    /// its command's SEND: then the SEND's completion ends it, when it comes back (flushed, if
+    /// the QP failed). Whichever of the two comes second ends it; the SEND's completion unmaps
+    /// the pages before it gives the tag's request back, and calls this after. Any context but
+    /// hard interrupts.
+    fn end_failed(&self, tag: usize) {
+        let taken = self.slots.lock().get_mut(tag).and_then(|s| {
+            s.answer = None;
+            s.rq.take()
+        });
+        let Some(mut rq) = taken else {
+            return;
+        };
+        // Twice at most: the pages' reference is gone once the tag's request is back.
+        for _ in 0..2 {
+            match Request::end(rq, Err(EIO)) {
+                Ok(()) => {
+                    self.stats.errors.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                Err(back) => rq = back,
             }
+            let mut slots = self.slots.lock();
+            let Some(s) = slots.get_mut(tag) else {
+                // Only `close` empties the slots, after the drain: nothing is lent any more.
+                return;
+            };
+            if s.io.is_none() {
+                // Still lent: the SEND's completion ends it.
+                s.rq = Some(rq);
+                return;
+            }
+        }
+        pr_err!(
+            "queue {}: tag {tag}: a request cannot be ended\n",
+            self.index
+        );
+        if let Some(s) = self.slots.lock().get_mut(tag) {
+            s.rq = Some(rq);
         }
     }
 
@@ -222,10 +277,11 @@ impl IoQueue {
         drop(self.keepalive.lock().take());
         let slots = core::mem::take(&mut *self.slots.lock());
         for s in slots {
+            // The request first: it may hold the block request's pages (never posted now).
+            drop(s.io);
             if let Some(rq) = s.rq {
                 let _ = Request::end(rq, Err(EIO));
             }
-            drop(s.io);
         }
         // The id's handler holds the queue (to fail it): that link goes first, then the id,
         // which is destroyed with the QP, when the queue goes.
@@ -259,14 +315,14 @@ impl IoQueue {
             len > MAX_IO
         };
         if self.dead.load(Ordering::Acquire) || too_long {
-            self.errors.fetch_add(1, Ordering::Relaxed);
+            self.stats.errors.fetch_add(1, Ordering::Relaxed);
             let _ = Request::end(rq, Err(EIO));
             return Ok(());
         }
         let taken = self.slots.lock().get_mut(tag).and_then(|s| s.io.take());
         let Some(mut wr) = taken else {
             // The tag's request is still out (a timed-out request's) or the queue is closing.
-            self.errors.fetch_add(1, Ordering::Relaxed);
+            self.stats.errors.fetch_add(1, Ordering::Relaxed);
             let _ = Request::end(rq, Err(EIO));
             return Ok(());
         };
@@ -285,13 +341,27 @@ impl IoQueue {
                 Ok(Err(e)) | Err(e) => failed = Some(e),
             }
         }
-        // An inline write's data follows its command (the buffer is not posted).
-        let sent = if op == Opcode::WriteInline {
-            match io.cmd.as_mut_slice().get_mut(CMD_LEN..CMD_LEN + len_u) {
-                Some(b) => failed = rq.copy_to_slice(b).err(),
-                None => failed = Some(EINVAL),
+        // An inline write's data follows its command: the request's pages, lent to the device,
+        // or (more segments than the SEND gathers) a copy in the command's buffer.
+        let sent = if op == Opcode::WriteInline && failed.is_none() {
+            if self.lend_max > 0 {
+                match DmaLent::map(io.cmd.pd(), rq.clone()) {
+                    Ok(lent) if lent.segments() <= self.lend_max => io.lent = Some(lent),
+                    Ok(lent) => drop(lent.into_owner()),
+                    Err((_, owner)) => drop(owner),
+                }
             }
-            CMD_LEN + len_u
+            if io.lent.is_some() {
+                self.stats.writes_lent.fetch_add(1, Ordering::Relaxed);
+                CMD_LEN
+            } else {
+                self.stats.writes_copied.fetch_add(1, Ordering::Relaxed);
+                match io.cmd.as_mut_slice().get_mut(CMD_LEN..CMD_LEN + len_u) {
+                    Some(b) => failed = rq.copy_to_slice(b).err(),
+                    None => failed = Some(EINVAL),
+                }
+                CMD_LEN + len_u
+            }
         } else {
             CMD_LEN
         };
@@ -316,9 +386,11 @@ impl IoQueue {
             // Checked again under the lock: `fail` marks the queue dead before it sweeps the
             // slots, so a request stored here is either swept or sees the mark.
             if self.dead.load(Ordering::Acquire) {
+                // The pages' reference goes before the block request ends.
+                drop(wr.data_mut().lent.take());
                 s[tag].io = Some(wr);
                 drop(s);
-                self.errors.fetch_add(1, Ordering::Relaxed);
+                self.stats.errors.fetch_add(1, Ordering::Relaxed);
                 let _ = Request::end(rq, Err(EIO));
                 return Ok(());
             }
@@ -339,15 +411,19 @@ impl IoQueue {
             let addr = if data { io.mr.iova() } else { 0 };
             Command { addr, ..cmd }.encode(io.cmd.as_mut_slice());
             ops.send(&io.cmd, 0..sent)?;
+            if let Some(lent) = &io.lent {
+                ops.gather(lent, 0..lent.len())?;
+            }
             Ok(())
         });
-        if let Err(e) = posted {
+        if let Err(mut e) = posted {
+            drop(e.wr.data_mut().lent.take());
             let rq = {
                 let mut s = self.slots.lock();
                 s[tag].io = Some(e.wr);
                 s[tag].rq.take()
             };
-            self.errors.fetch_add(1, Ordering::Relaxed);
+            self.stats.errors.fetch_add(1, Ordering::Relaxed);
             if let Some(rq) = rq {
                 let _ = Request::end(rq, Err(EIO));
             }
@@ -383,7 +459,7 @@ impl IoQueue {
         let revoked = !data || inv.is_some_and(|i| io.mr.apply_invalidation(i));
         if !revoked {
             self.slots.lock()[tag].io = Some(wr);
-            self.errors.fetch_add(1, Ordering::Relaxed);
+            self.stats.errors.fetch_add(1, Ordering::Relaxed);
             let _ = Request::end(rq, Err(EIO));
             self.fail(
                 format_args!("an answer did not revoke the buffer's rkey"),
@@ -404,9 +480,9 @@ impl IoQueue {
         // The tag is free again before its block request ends (blk-mq may reuse it at once).
         self.slots.lock()[tag].io = Some(wr);
         if result.is_err() {
-            self.errors.fetch_add(1, Ordering::Relaxed);
+            self.stats.errors.fetch_add(1, Ordering::Relaxed);
         }
-        self.completed.fetch_add(1, Ordering::Relaxed);
+        self.stats.completed.fetch_add(1, Ordering::Relaxed);
         let _ = Request::end(rq, result);
     }
 
@@ -559,20 +635,27 @@ impl IoQueue {
 }
 
 impl Completion for Io {
-    fn done(wr: Wr<Self>, wc: &Wc) {
+    fn done(mut wr: Wr<Self>, wc: &Wc) {
         let q = wr.data().q.clone();
         let tag = wr.data().tag as usize;
+        // The device has read an inline write's pages: unmapped, and their reference to the
+        // block request dropped, before the tag's request is back (see `end_failed`).
+        drop(wr.data_mut().lent.take());
         // Back in its slot in every case: a failed queue's requests are freed from there.
         if let Some(s) = q.slots.lock().get_mut(tag) {
             s.io = Some(wr);
         }
-        if !wc.is_ok() {
-            if wc.status() != WcStatus::WrFlushErr {
-                q.fail(format_args!("a command failed: {:?}", wc.status()), false);
-            }
+        if !wc.is_ok() && wc.status() != WcStatus::WrFlushErr {
+            q.fail(format_args!("a command failed: {:?}", wc.status()), false);
+        }
+        if q.dead.load(Ordering::Acquire) {
+            // `fail` could not end a request whose pages were lent: it ends here.
+            q.end_failed(tag);
             return;
         }
-        q.complete(tag);
+        if wc.is_ok() {
+            q.complete(tag);
+        }
     }
 }
 
@@ -776,10 +859,14 @@ pub(crate) fn connect_queue(spec: &ConnectSpec, index: u16) -> Result<(Arc<IoQue
         u32::from(index) % dev.num_comp_vectors().max(1),
         PollContext::Softirq,
     )?;
+    // An inline write's SEND gathers the command and the request's pages (a device that
+    // gathers one entry only gets copies).
+    let send_sge = dev.attrs().max_send_sge().clamp(1, MAX_SGE as u32);
     let caps = QpCaps {
         // A REG_MR and a SEND per request.
         send_depth: 2 * depth + 2,
         recv_depth: depth + 1,
+        send_sge,
         ..QpCaps::default()
     };
     let qp = id.create_qp(&pd, &cq, &cq, &caps)?;
@@ -812,9 +899,9 @@ pub(crate) fn connect_queue(spec: &ConnectSpec, index: u16) -> Result<(Arc<IoQue
             slots <- new_spinlock_bh!(KVec::new(), "rdma_rust_blk_slots"),
             dead: AtomicBool::new(false),
             inline_max: welcome.inline_max.min(INLINE_MAX),
+            lend_max: send_sge as usize - 1,
             id <- new_mutex!(None, "rdma_rust_blk_queue_id"),
-            completed: AtomicU64::new(0),
-            errors: AtomicU64::new(0),
+            stats: QueueStats::default(),
             probe: AtomicI64::new(PROBE_IDLE),
             probe_done <- Signal::new(),
             keepalive <- new_spinlock_bh!(None, "rdma_rust_blk_keepalive"),
@@ -852,6 +939,7 @@ fn fill(q: &Arc<IoQueue>, pd: &Arc<Pd>, depth: u16) -> Result {
             tag,
             cmd: DmaBuf::<ToDevice>::alloc(pd, CMD_LEN + INLINE_MAX as usize, GFP_KERNEL)?,
             mr,
+            lent: None,
             op: Opcode::Flush,
             len: 0,
         };

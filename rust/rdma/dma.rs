@@ -11,7 +11,9 @@
 //! page with `ib_dma_map_page`, and [`DmaSg`] for a scatterlist of pages with `ib_dma_map_sg`.
 //! Each can be allocated here or made from memory the caller already owns
 //! ([`DmaBuf::from_vec`], [`DmaPage::from_page`], [`DmaSg::from_pages`]), which is mapped in
-//! place, without a copy, and given back unmapped ([`DmaBuf::into_vec`], ...).
+//! place, without a copy, and given back unmapped ([`DmaBuf::into_vec`], ...). [`DmaLent`]
+//! maps pages that another object owns (a block request's segments) for the device to read,
+//! holding that object until they are unmapped.
 //!
 //! The direction of a mapping is part of its type: [`ToDevice`] memory can only be read by the
 //! device (SEND, RDMA WRITE and inline sources), [`FromDevice`] memory only written by it
@@ -33,9 +35,11 @@ use crate::{
 };
 use core::{marker::PhantomData, mem::ManuallyDrop, ops::Range};
 
+mod lent;
 mod page;
 mod sg;
 
+pub use lent::{DmaLent, PageOwner, Segment, MAX_LENT};
 pub use page::{copy_from_pages, copy_to_pages, DmaPage};
 pub(crate) use sg::page_table;
 pub use sg::{DmaSg, MAX_SG_PAGES};
@@ -118,7 +122,7 @@ pub(crate) unsafe fn copy_volatile(src: *const u8, dst: *mut u8, len: usize) {
 
 /// Memory that work requests can name, mapped for the device of a PD.
 ///
-/// Implemented by [`DmaBuf`], [`DmaPage`] and [`DmaSg`]; the device reads it when the mapping's
+/// Implemented by [`DmaBuf`], [`DmaPage`], [`DmaSg`] and [`DmaLent`]; the device reads it when the mapping's
 /// direction is [`DeviceReads`], and writes it when it is [`DeviceWrites`].
 pub trait Mapped: private::Sealed {
     /// The PD whose device the memory is mapped for.

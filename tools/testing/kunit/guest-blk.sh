@@ -104,6 +104,24 @@ blk_random() {
 	[ $bad = 0 ]
 }
 
+# blk_disk_field KEY: the value of KEY in rrbd0's status line.
+blk_disk_field() { sed -n "s/^  rrbd0 .* $1=\([0-9]*\).*/\1/p" $BLK/status; }
+
+# blk_writes_lent: 4 KiB writes (direct I/O from one page each) go from the
+# block request's pages, without a copy: the disk's count of lent inline writes
+# grows by as many, its count of copied ones does not move. (The data of such
+# writes is checked by blk_random.)
+blk_writes_lent() {
+	local l0 c0 l1 c1
+	l0=$(blk_disk_field inline_writes_lent)
+	c0=$(blk_disk_field inline_writes_copied)
+	dd if=/dev/urandom of=/dev/rrbd0 bs=4k count=32 oflag=direct 2> /dev/null || return 1
+	l1=$(blk_disk_field inline_writes_lent)
+	c1=$(blk_disk_field inline_writes_copied)
+	[ -n "$l0" ] && [ -n "$l1" ] && [ $((l1 - l0)) -ge 32 ] && [ "$c1" = "$c0" ] ||
+		{ echo "lent $l0 -> $l1, copied $c0 -> $c1"; return 1; }
+}
+
 # blk_probe EXPECT KEY=VALUE...: one raw command from the initiator's `probe`
 # (a connection of its own to vol0); what the target did, in the log, must be
 # EXPECT ("answered STATUS" or "the target ended the connection").
@@ -238,6 +256,7 @@ blk_suite() {
 	check blk_pattern_whole_disk blk_pattern
 	check blk_random_4k_qd1 blk_random 1 64
 	check blk_random_4k_qd8 blk_random 8 24
+	check blk_4k_writes_not_copied blk_writes_lent
 	check blk_two_hw_queues blk_queues
 	check blk_hostile_initiator blk_hostile
 	check blk_discard blk_discard
@@ -340,6 +359,7 @@ mode_blk_peer_a() {
 	check blk_capacity_and_block_size blk_capacity_ok
 	check blk_pattern_whole_disk blk_pattern
 	check blk_random_4k_qd4 blk_random 4 16
+	check blk_4k_writes_not_copied blk_writes_lent
 	# (No hardware-queue case: these guests have one CPU, which blk-mq maps to
 	# queue 0. The one-guest suite has it.)
 	check blk_mkfs_mount_fsck blk_fs

@@ -1,0 +1,303 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Pages that another object owns, DMA-mapped for the device to read while it is lent
+//! (`ib_dma_map_page`): a block request's segments sent without a copy.
+//!
+//! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
+//!
+//! [`DmaBuf`](super::DmaBuf), [`DmaPage`](super::DmaPage) and [`DmaSg`](super::DmaSg) own the
+//! memory they map. A ULP that moves someone else's pages (a block request's, a socket
+//! buffer's) would have to copy them into one of those first. [`DmaLent`] maps them in place
+//! instead, and proves that they outlive every access of the device the way the others do: it
+//! holds the object that owns them (a [`PageOwner`]) until it is unmapped, and a work request
+//! that names it owns it until its completion. The device only reads lent pages
+//! ([`Gather`](super::Gather)): whoever owns them may still read them meanwhile, and nothing
+//! here hands out a way to write them.
+
+use super::{check_mapping, private, Direction, Mapped, ToDevice};
+use crate::{
+    bindings,
+    error::{code::EINVAL, Error, Result},
+    page::PAGE_SIZE,
+    rdma::pd::Pd,
+    sync::Arc,
+};
+use core::mem::ManuallyDrop;
+
+/// The most segments a [`DmaLent`] maps (as many as a send request gathers).
+pub const MAX_LENT: usize = super::MAX_SGE;
+
+/// A piece of a page that a [`PageOwner`] owns: `len` bytes at `offset`.
+///
+/// # Invariants
+///
+/// `page` is a valid page (or null, with `len` 0), and `offset + len <= PAGE_SIZE`.
+#[derive(Clone, Copy)]
+pub struct Segment {
+    page: *mut bindings::page,
+    offset: u32,
+    len: u32,
+}
+
+impl Segment {
+    /// No memory: what a [`PageOwner`] overwrites.
+    pub const EMPTY: Self = Self {
+        page: core::ptr::null_mut(),
+        offset: 0,
+        len: 0,
+    };
+
+    /// `len` bytes at `offset` of `page`; `EINVAL` if they are not inside the page or `len`
+    /// is 0.
+    ///
+    /// # Safety
+    ///
+    /// `page` must be a valid page.
+    pub(crate) unsafe fn new(page: *mut bindings::page, offset: u32, len: u32) -> Result<Self> {
+        let end = offset as usize + len as usize;
+        if page.is_null() || len == 0 || end > PAGE_SIZE {
+            return Err(EINVAL);
+        }
+        // INVARIANT: Checked above; `page` is valid (the caller's guarantee).
+        Ok(Self { page, offset, len })
+    }
+
+    /// The length in bytes.
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// Whether the segment is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// An object that owns pages and keeps them while it lives: the segments it reports stay
+/// allocated until it is dropped or given up, wherever it moves.
+///
+/// Implemented for a block request ([`ARef<Request>`](crate::block::mq::Request)), whose pages
+/// stay allocated until the request is ended, which the block layer does not allow while
+/// another reference is held.
+///
+/// # Safety
+///
+/// Every segment [`PageOwner::segments`] reports must stay allocated (not freed, not reused for
+/// another object) as long as `self` lives.
+pub unsafe trait PageOwner: Send + 'static {
+    /// Stores the object's segments, in order, in `out`; returns how many. `E2BIG` if `out` is
+    /// too short for them.
+    fn segments(&self, out: &mut [Segment]) -> Result<usize>;
+}
+
+/// The pages of `O`, DMA-mapped for the device of a [`Pd`] to read, in place, while `O` is
+/// held here.
+///
+/// A work request that names it ([`SendOps::send`](crate::rdma::wr::SendOps::send),
+/// [`SendOps::gather`](crate::rdma::wr::SendOps::gather)) must own it, as any mapped memory: so
+/// the owner, and its pages, are there until the device has read them, and
+/// [`DmaLent::into_owner`], which unmaps them, can only be called once the request is back.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::{dma::{DmaBuf, DmaLent, PageOwner, ToDevice}, pd::Pd, qp::{Qp, Rts},
+///     wr::{Completion, Wr}, cq::Wc};
+///
+/// // A command and the pages of whatever `O` is (a block request), sent as one message.
+/// struct Out<O: PageOwner> {
+///     cmd: DmaBuf<ToDevice>,
+///     data: Option<DmaLent<O>>,
+/// }
+///
+/// impl<O: PageOwner> Completion for Out<O> {
+///     fn done(wr: Wr<Self>, _wc: &Wc) {
+///         // The device has read the pages: unmapped, the owner is free to go.
+///         let _owner = wr.into_inner().data.map(DmaLent::into_owner);
+///     }
+/// }
+///
+/// fn send<O: PageOwner>(qp: &Qp<Rts>, pd: &kernel::sync::Arc<Pd>, owner: O) -> Result {
+///     let data = DmaLent::map(pd, owner).map_err(|(e, _owner)| e)?;
+///     let out = Out { cmd: DmaBuf::alloc(pd, 64, GFP_KERNEL)?, data: Some(data) };
+///     qp.post_send(Wr::new(out, GFP_KERNEL)?, |o, ops| {
+///         ops.send(&o.cmd, 0..64)?;
+///         if let Some(d) = &o.data {
+///             ops.gather(d, 0..d.len())?;
+///         }
+///         Ok(())
+///     })?;
+///     Ok(())
+/// }
+/// ```
+///
+/// # Invariants
+///
+/// `pieces[..n]` are the segments of `owner`, in order, each mapped for `pd.device()` toward
+/// the device at the address it holds, until `unmap`; `len` is the sum of their lengths.
+pub struct DmaLent<O: PageOwner> {
+    owner: ManuallyDrop<O>,
+    pd: Arc<Pd>,
+    pieces: [(u64, u32); MAX_LENT],
+    n: usize,
+    len: usize,
+}
+
+impl<O: PageOwner> DmaLent<O> {
+    /// Maps the pages of `owner` for the device of `pd` to read. `E2BIG` if it has more than
+    /// [`MAX_LENT`] segments, `EINVAL` if it has none, `ENOMEM` if a mapping fails; the owner
+    /// comes back with the error, nothing mapped.
+    pub fn map(pd: &Arc<Pd>, owner: O) -> Result<Self, (Error, O)> {
+        let mut segs = [Segment::EMPTY; MAX_LENT];
+        let n = match owner.segments(&mut segs) {
+            Ok(n) if n > 0 && n <= MAX_LENT => n,
+            Ok(_) => return Err((EINVAL, owner)),
+            Err(e) => return Err((e, owner)),
+        };
+        let mut me = Self {
+            owner: ManuallyDrop::new(owner),
+            pd: pd.clone(),
+            pieces: [(0, 0); MAX_LENT],
+            n: 0,
+            len: 0,
+        };
+        let dev = pd.device();
+        for s in &segs[..n] {
+            // SAFETY: `s.page` is a valid page and the range lies inside it (the invariant of
+            // `Segment`); `me.owner` keeps it allocated until the mapping is undone in `unmap`.
+            let dma = unsafe {
+                bindings::ib_dma_map_page(
+                    dev.as_raw(),
+                    s.page,
+                    s.offset as usize,
+                    s.len as usize,
+                    ToDevice::RAW,
+                )
+            };
+            if let Err(e) = check_mapping(dev, dma) {
+                return Err((e, me.into_owner()));
+            }
+            // INVARIANT: One more segment mapped, in order.
+            me.pieces[me.n] = (dma, s.len);
+            me.n += 1;
+            me.len += s.len as usize;
+        }
+        Ok(me)
+    }
+
+    /// Unmaps the pages and gives their owner back.
+    pub fn into_owner(self) -> O {
+        let mut me = ManuallyDrop::new(self);
+        me.unmap();
+        // SAFETY: `me` is never used or dropped again; the PD and the owner are moved out once.
+        unsafe {
+            core::ptr::drop_in_place(&raw mut me.pd);
+            ManuallyDrop::take(&mut me.owner)
+        }
+    }
+
+    /// The owner of the pages; it may read them while the device does.
+    pub fn owner(&self) -> &O {
+        &self.owner
+    }
+
+    /// The bytes mapped, all segments end to end.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The segments mapped: the scatter/gather entries naming all of them takes.
+    pub fn segments(&self) -> usize {
+        self.n
+    }
+
+    /// Whether nothing is mapped (never, once [`DmaLent::map`] succeeded).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn unmap(&mut self) {
+        let dev = self.pd.device().as_raw();
+        for &(dma, len) in &self.pieces[..self.n] {
+            // SAFETY: Mapped at `dma` with `len` bytes toward the device (invariant), and no
+            // request uses it: one that named it owned `self`.
+            unsafe { bindings::ib_dma_unmap_page(dev, dma, len as usize, ToDevice::RAW) };
+        }
+        self.n = 0;
+    }
+}
+
+impl<O: PageOwner> private::Sealed for DmaLent<O> {}
+
+impl<O: PageOwner> Mapped for DmaLent<O> {
+    fn pd(&self) -> &Arc<Pd> {
+        &self.pd
+    }
+
+    fn size(&self) -> usize {
+        self.len
+    }
+
+    fn piece_for_device(&self, offset: usize, end: usize) -> (u64, u32) {
+        let mut start = 0;
+        for &(dma, len) in &self.pieces[..self.n] {
+            let seg_end = start + len as usize;
+            if offset < seg_end {
+                let at = offset - start;
+                let n = (seg_end.min(end) - offset) as u32;
+                let addr = dma + at as u64;
+                // SAFETY: `addr .. addr + n` lies inside a live mapping (invariant).
+                unsafe {
+                    bindings::ib_dma_sync_single_for_device(
+                        self.pd.device().as_raw(),
+                        addr,
+                        n as usize,
+                        ToDevice::RAW,
+                    )
+                };
+                return (addr, n);
+            }
+            start = seg_end;
+        }
+        // Outside the mapping: callers check the range, and an empty piece is refused.
+        (0, 0)
+    }
+}
+
+impl<O: PageOwner> super::Gather for DmaLent<O> {}
+
+impl<O: PageOwner> Drop for DmaLent<O> {
+    fn drop(&mut self) {
+        self.unmap();
+        // SAFETY: Dropped once, here; the mapping is gone.
+        unsafe { ManuallyDrop::drop(&mut self.owner) };
+    }
+}
+
+#[cfg(CONFIG_BLOCK)]
+mod block {
+    use super::{PageOwner, Segment, MAX_LENT};
+    use crate::{
+        bindings,
+        block::mq::{Operations, Request},
+        error::Result,
+        types::ARef,
+    };
+
+    // SAFETY: A request's segments are pages of its bios, which stay allocated until the
+    // request is ended; ending it (`Request::end`, `end_ok`) needs the only `ARef` to it, so
+    // not while this one lives.
+    unsafe impl<T: Operations + 'static> PageOwner for ARef<Request<T>> {
+        fn segments(&self, out: &mut [Segment]) -> Result<usize> {
+            let mut bv = [bindings::bio_vec::default(); MAX_LENT];
+            let max = out.len().min(MAX_LENT);
+            let rq: &Request<T> = self;
+            let n = rq.segments(&mut bv[..max])?;
+            for (o, b) in out.iter_mut().zip(&bv[..n]) {
+                // SAFETY: A segment of a request is a valid page (its bio's).
+                *o = unsafe { Segment::new(b.bv_page, b.bv_offset, b.bv_len)? };
+            }
+            Ok(n)
+        }
+    }
+}
