@@ -2,64 +2,37 @@
 
 //! The initiator: a disk, `/dev/rrbdN`, served by the connections to a target's volume.
 //!
-//! Each hardware queue of the disk is one RC connection ([`IoQueue`]). Each tag of a queue has
-//! an [`Io`] request of its own, posted again for every block request it carries: a command
-//! buffer and an MR that maps a bounce buffer of [`MAX_IO`] bytes. A block request's pages are
-//! never given to the adapter: a write's data is copied into the bounce buffer before the MR is
-//! registered (REG_MR, chained with the command's SEND), and a read's data is copied out only
-//! after the target's answer revoked the rkey (SEND with invalidate): from then on no peer can
-//! reach the buffer, which [`Mr::with_buf`] checks. So a block request can be ended at any
-//! time (an error, a timeout, a dead target) without waiting for the adapter, and the bounce
-//! buffer, which the queue owns, outlives every access the target could still make.
-//!
-//! An I/O of at most the target's inline size names no buffer and registers nothing. A write's
-//! data goes in the command's SEND without a copy: the block request's pages are lent to the
-//! device ([`DmaLent`], which holds a reference to the request) and gathered after the
-//! command, and the request cannot end before the SEND has come back and unmapped them (ending
-//! needs the only reference). So a queue that fails ends such a request when its SEND comes
-//! back flushed, not at once ([`IoQueue::end_failed`]). A read's data comes after its answer
-//! and is copied into the block request's pages when the answer lands, before its receive
-//! buffer is posted again.
-//!
-//! A block request ends when both its answer has arrived and its command's SEND has come back
-//! (with the MR): whichever completes second ends it, in the CQ's softirq handler. The answer
-//! can come first, so the invalidation it reports is kept ([`Invalidation`]) until the MR is
-//! back.
+//! Each hardware queue of the disk is one RC connection ([`IoQueue`], in [`queue`]); this
+//! file connects them and serves the disk's blk-mq operations with them.
 
 use crate::proto::{
-    Command, Hello, Name, Opcode, Refusal, Response, Welcome, CMD_LEN, INLINE_MAX, MAX_DEPTH,
-    MAX_DISCARD, MAX_IO, RESP_LEN, SECTOR,
+    Hello, Name, Refusal, Welcome, INLINE_MAX, MAX_DEPTH, MAX_DISCARD, MAX_IO, SECTOR,
 };
-use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use kernel::block::mq::{self, gen_disk::GenDisk, Op, Operations, Request, TagSet, TimeoutAction};
-use kernel::page::PAGE_SIZE;
+use core::sync::atomic::{AtomicU64, Ordering};
+use kernel::block::mq::{self, gen_disk::GenDisk, Operations, Request, TagSet, TimeoutAction};
+use kernel::new_mutex;
 use kernel::prelude::*;
 use kernel::rdma::{
     cm::{CmId, ConnParam, Event, Handler, Id, PortSpace, SockAddr},
-    cq::{Cq, Invalidation, PollContext, Wc, WcStatus},
+    cq::{Cq, PollContext},
     device::Device,
-    dma::{DmaBuf, DmaLent, FromDevice, ToDevice, MAX_SGE},
-    mr::{Access, Mr},
+    dma::MAX_SGE,
     pd::Pd,
-    qp::{Qp, QpCaps, Rts},
-    sync::{Completion as Signal, SpinLockBh},
-    wr::{Completion, Wr},
+    qp::QpCaps,
+    sync::Completion as Signal,
 };
 use kernel::sync::{Arc, ArcBorrow, Mutex};
 use kernel::types::ARef;
-use kernel::{new_mutex, new_spinlock_bh};
+
+mod queue;
+
+pub(crate) use queue::IoQueue;
+use queue::{IO_TIMEOUT_MS, KEEPALIVE_MS};
 
 /// How long address and route resolution may take.
 const RESOLVE_MS: u32 = 2000;
 /// How long a connection may take to be established (or refused).
 const CONNECT_MS: u32 = 10_000;
-/// How long a block request may wait for its answer before it fails (and its queue with it).
-pub(crate) const IO_TIMEOUT_MS: u32 = 15_000;
-/// How long a block request waits before its queue asks the target whether it lives (a
-/// keep-alive), and again at each multiple until [`IO_TIMEOUT_MS`]. RC has no keep-alive of its
-/// own: once the target has acknowledged a command, a target that dies before it answers is
-/// silent, and only a request of ours can find out (it fails after the QP's retries, 3.8 s).
-const KEEPALIVE_MS: u32 = 3_000;
 /// Hardware queues of a disk at most.
 pub(crate) const MAX_QUEUES: u16 = 16;
 
@@ -84,104 +57,15 @@ pub(crate) struct Conn {
     pub(crate) timeouts: AtomicU64,
 }
 
-/// One hardware queue: an RC connection to the target.
-#[pin_data]
-pub(crate) struct IoQueue {
-    index: u16,
-    qp: Arc<Qp<Rts>>,
-    #[pin]
-    slots: SpinLockBh<KVec<Slot>>,
-    /// Set once the connection failed: every request fails from then on.
-    dead: AtomicBool,
-    /// Largest I/O sent with its data inline (the target's offer, within [`INLINE_MAX`]).
-    inline_max: u32,
-    /// Most segments of an inline write's pages that its SEND gathers after the command (a
-    /// write with more is copied into the command's buffer).
-    lend_max: usize,
-    #[pin]
-    id: Mutex<Option<CmId<IniEv>>>,
-    pub(crate) stats: QueueStats,
-    /// A probe's answer ([`PROBE_IDLE`], [`PROBE_WAITING`] or its status), and its signal,
-    /// which a failure of the queue gives too (see `probe.rs`).
-    probe: AtomicI64,
-    #[pin]
-    probe_done: Signal,
-    /// The keep-alive request, when it is not posted.
-    #[pin]
-    keepalive: SpinLockBh<Option<Wr<KeepAlive>>>,
-}
-
-/// What a queue counts, for the status file.
-#[derive(Default)]
-pub(crate) struct QueueStats {
-    /// Block requests ended (an answer came back).
-    pub(crate) completed: AtomicU64,
-    /// Block requests failed.
-    pub(crate) errors: AtomicU64,
-    /// Inline writes sent from the block request's pages, and copied (too many segments).
-    pub(crate) writes_lent: AtomicU64,
-    pub(crate) writes_copied: AtomicU64,
-}
-
-/// No probe was sent on the queue.
-const PROBE_IDLE: i64 = i64::MIN;
-/// A probe was sent and has no answer yet.
-const PROBE_WAITING: i64 = i64::MIN + 1;
-
-/// A tag's state.
-#[derive(Default)]
-struct Slot {
-    /// The tag's request, when it is not posted.
-    io: Option<Wr<Io>>,
-    /// The block request in flight on the tag.
-    rq: Option<ARef<Request<Blk>>>,
-    /// The answer, once it arrived: its status, and the invalidation it reported.
-    answer: Option<(i32, Option<Invalidation>)>,
-    /// Bytes an inline read's answer brings (0: none).
-    inline_read: usize,
-    /// Times the block request's timer ran out (every [`KEEPALIVE_MS`]).
-    ticks: u32,
-}
-
-/// A tag's request: the command's buffer and the MR of the bounce buffer.
-struct Io {
-    q: Arc<IoQueue>,
-    tag: u16,
-    cmd: DmaBuf<ToDevice>,
-    mr: Mr,
-    /// An inline write's pages, lent to the device while its SEND is posted.
-    lent: Option<DmaLent<ARef<Request<Blk>>>>,
-    /// What the command in flight asked, for the answer.
-    op: Opcode,
-    len: usize,
-}
-
-/// A zero-length RDMA WRITE to the target: it completes while the target lives.
-struct KeepAlive {
-    q: Arc<IoQueue>,
-}
-
-/// A posted receive for one answer.
-struct Answer {
-    q: Arc<IoQueue>,
-    buf: DmaBuf<FromDevice>,
-}
-
 impl Conn {
     /// Hardware queues whose connection failed.
     pub(crate) fn dead_queues(&self) -> usize {
-        self.queues
-            .iter()
-            .filter(|q| q.dead.load(Ordering::Acquire))
-            .count()
+        self.queues.iter().filter(|q| q.is_dead()).count()
     }
 
     /// Block requests in flight.
     pub(crate) fn in_flight(&self) -> usize {
-        self.queues
-            .iter()
-            .map(|q| q.slots.lock().iter().filter(|s| s.rq.is_some()).count())
-            .sum()
+        self.queues.iter().map(|q| q.in_flight()).sum()
     }
 
     /// Fails every queue: requests in flight end with `EIO`, and so will new ones. Process
@@ -200,504 +84,6 @@ impl Drop for Conn {
     fn drop(&mut self) {
         for q in self.queues.iter() {
             q.close();
-        }
-    }
-}
-
-impl IoQueue {
-    /// Marks the queue dead (once) and ends the block requests in flight with `EIO`; in
-    /// process context (`may_sleep`) also moves its QP to the error state, so that what is
-    /// posted comes back flushed (from a CQ handler the QP has failed already, or is closed
-    /// later). Any context but hard interrupts.
-    fn fail(&self, why: core::fmt::Arguments<'_>, may_sleep: bool) {
-        if !self.dead.swap(true, Ordering::AcqRel) {
-            pr_err!("queue {}: {why}: failing its I/O\n", self.index);
-        }
-        self.probe_done.complete();
-        if may_sleep {
-            let _ = self.qp.set_error();
-        }
-        let n = self.slots.lock().len();
-        for tag in 0..n {
-            self.end_failed(tag);
-        }
-    }
-
-    /// Ends the block request of `tag`, if any, with `EIO`, unless its pages are still lent to
-    /// its command's SEND: then the SEND's completion ends it, when it comes back (flushed, if
-    /// the QP failed). Whichever of the two comes second ends it; the SEND's completion unmaps
-    /// the pages before it gives the tag's request back, and calls this after. Any context but
-    /// hard interrupts.
-    fn end_failed(&self, tag: usize) {
-        let taken = self.slots.lock().get_mut(tag).and_then(|s| {
-            s.answer = None;
-            s.rq.take()
-        });
-        let Some(mut rq) = taken else {
-            return;
-        };
-        // Twice at most: the pages' reference is gone once the tag's request is back.
-        for _ in 0..2 {
-            match Request::end(rq, Err(EIO)) {
-                Ok(()) => {
-                    self.stats.errors.fetch_add(1, Ordering::Relaxed);
-                    return;
-                }
-                Err(back) => rq = back,
-            }
-            let mut slots = self.slots.lock();
-            let Some(s) = slots.get_mut(tag) else {
-                // Only `close` empties the slots, after the drain: nothing is lent any more.
-                return;
-            };
-            if s.io.is_none() {
-                // Still lent: the SEND's completion ends it.
-                s.rq = Some(rq);
-                return;
-            }
-        }
-        pr_err!(
-            "queue {}: tag {tag}: a request cannot be ended\n",
-            self.index
-        );
-        if let Some(s) = self.slots.lock().get_mut(tag) {
-            s.rq = Some(rq);
-        }
-    }
-
-    /// Disconnects, drains and frees the queue's requests. Process context.
-    pub(crate) fn close(&self) {
-        self.dead.store(true, Ordering::Release);
-        if let Some(id) = self.id.lock().as_ref() {
-            let _ = id.disconnect();
-        }
-        let _ = self.qp.set_error();
-        let _ = self.qp.drain();
-        // Everything posted is back: what the slots hold (requests that hold the queue) goes.
-        drop(self.keepalive.lock().take());
-        let slots = core::mem::take(&mut *self.slots.lock());
-        for s in slots {
-            // The request first: it may hold the block request's pages (never posted now).
-            drop(s.io);
-            if let Some(rq) = s.rq {
-                let _ = Request::end(rq, Err(EIO));
-            }
-        }
-        // The id's handler holds the queue (to fail it): that link goes first, then the id,
-        // which is destroyed with the QP, when the queue goes.
-        let id = self.id.lock().take();
-        if let Some(id) = &id {
-            drop(id.handler().waiter.queue.lock().take());
-        }
-        drop(id);
-    }
-
-    /// Sends `rq`'s command on its tag. Any context (`queue_rq`).
-    fn submit(&self, rq: ARef<Request<Blk>>) -> Result {
-        let inline = rq.bytes() <= self.inline_max;
-        let (op, len) = match rq.op() {
-            Op::Read if inline => (Opcode::ReadInline, rq.bytes()),
-            Op::Read => (Opcode::Read, rq.bytes()),
-            Op::Write if inline => (Opcode::WriteInline, rq.bytes()),
-            Op::Write => (Opcode::Write, rq.bytes()),
-            Op::Flush => (Opcode::Flush, 0),
-            Op::Discard => (Opcode::Discard, rq.bytes()),
-            _ => {
-                let _ = Request::end(rq, Err(EOPNOTSUPP));
-                return Ok(());
-            }
-        };
-        let tag = rq.tag() as usize;
-        let len_u = len as usize;
-        let too_long = if op == Opcode::Discard {
-            len > MAX_DISCARD
-        } else {
-            len > MAX_IO
-        };
-        if self.dead.load(Ordering::Acquire) || too_long {
-            self.stats.errors.fetch_add(1, Ordering::Relaxed);
-            let _ = Request::end(rq, Err(EIO));
-            return Ok(());
-        }
-        let taken = self.slots.lock().get_mut(tag).and_then(|s| s.io.take());
-        let Some(mut wr) = taken else {
-            // The tag's request is still out (a timed-out request's) or the queue is closing.
-            self.stats.errors.fetch_add(1, Ordering::Relaxed);
-            let _ = Request::end(rq, Err(EIO));
-            return Ok(());
-        };
-        let io = wr.data_mut();
-        io.op = op;
-        io.len = len_u;
-        let data = matches!(op, Opcode::Read | Opcode::Write);
-        let mut failed = None;
-        if op == Opcode::Write {
-            // The MR is not registered (its last rkey was revoked): the buffer is ours.
-            match io.mr.with_buf(|b| match b.get_mut(..len_u) {
-                Some(b) => rq.copy_to_slice(b),
-                None => Err(EINVAL),
-            }) {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) | Err(e) => failed = Some(e),
-            }
-        }
-        // An inline write's data follows its command: the request's pages, lent to the device,
-        // or (more segments than the SEND gathers) a copy in the command's buffer.
-        let sent = if op == Opcode::WriteInline && failed.is_none() {
-            if self.lend_max > 0 {
-                match DmaLent::map(io.cmd.pd(), rq.clone()) {
-                    Ok(lent) if lent.segments() <= self.lend_max => io.lent = Some(lent),
-                    Ok(lent) => drop(lent.into_owner()),
-                    Err((_, owner)) => drop(owner),
-                }
-            }
-            if io.lent.is_some() {
-                self.stats.writes_lent.fetch_add(1, Ordering::Relaxed);
-                CMD_LEN
-            } else {
-                self.stats.writes_copied.fetch_add(1, Ordering::Relaxed);
-                match io.cmd.as_mut_slice().get_mut(CMD_LEN..CMD_LEN + len_u) {
-                    Some(b) => failed = rq.copy_to_slice(b).err(),
-                    None => failed = Some(EINVAL),
-                }
-                CMD_LEN + len_u
-            }
-        } else {
-            CMD_LEN
-        };
-        if data {
-            io.mr.bump_key();
-        }
-        let cmd = Command {
-            op,
-            tag: tag as u16,
-            len,
-            sector: rq.sector(),
-            addr: 0,
-            rkey: if data { io.mr.rkey() } else { 0 },
-        };
-        if let Some(e) = failed {
-            self.slots.lock()[tag].io = Some(wr);
-            let _ = Request::end(rq, Err(e));
-            return Ok(());
-        }
-        {
-            let mut s = self.slots.lock();
-            // Checked again under the lock: `fail` marks the queue dead before it sweeps the
-            // slots, so a request stored here is either swept or sees the mark.
-            if self.dead.load(Ordering::Acquire) {
-                // The pages' reference goes before the block request ends.
-                drop(wr.data_mut().lent.take());
-                s[tag].io = Some(wr);
-                drop(s);
-                self.stats.errors.fetch_add(1, Ordering::Relaxed);
-                let _ = Request::end(rq, Err(EIO));
-                return Ok(());
-            }
-            s[tag].rq = Some(rq);
-            s[tag].answer = None;
-            s[tag].inline_read = if op == Opcode::ReadInline { len_u } else { 0 };
-            s[tag].ticks = 0;
-        }
-        let access = if op == Opcode::Read {
-            Access::REMOTE_WRITE
-        } else {
-            Access::REMOTE_READ
-        };
-        let posted = self.qp.post_send(wr, |io, ops| {
-            if data {
-                ops.reg_mr(&io.mr, access)?;
-            }
-            let addr = if data { io.mr.iova() } else { 0 };
-            Command { addr, ..cmd }.encode(io.cmd.as_mut_slice());
-            ops.send(&io.cmd, 0..sent)?;
-            if let Some(lent) = &io.lent {
-                ops.gather(lent, 0..lent.len())?;
-            }
-            Ok(())
-        });
-        if let Err(mut e) = posted {
-            drop(e.wr.data_mut().lent.take());
-            let rq = {
-                let mut s = self.slots.lock();
-                s[tag].io = Some(e.wr);
-                s[tag].rq.take()
-            };
-            self.stats.errors.fetch_add(1, Ordering::Relaxed);
-            if let Some(rq) = rq {
-                let _ = Request::end(rq, Err(EIO));
-            }
-        }
-        Ok(())
-    }
-
-    /// Ends the block request of `tag` if both its answer and its request are back.
-    /// Softirq (the CQ handler).
-    fn complete(&self, tag: usize) {
-        let (mut wr, mut rq, (status, inv)) = {
-            let mut slots = self.slots.lock();
-            let Some(s) = slots.get_mut(tag) else {
-                return;
-            };
-            if s.io.is_none() || s.rq.is_none() || s.answer.is_none() {
-                return;
-            }
-            match (s.io.take(), s.rq.take(), s.answer.take()) {
-                (Some(io), Some(rq), Some(a)) => (io, rq, a),
-                _ => return,
-            }
-        };
-        let io = wr.data_mut();
-        let data = matches!(io.op, Opcode::Read | Opcode::Write);
-        let mut result = if status == 0 {
-            Ok(())
-        } else {
-            Err(Error::from_errno(status))
-        };
-        // The target must have revoked the rkey of a command that named the buffer: without
-        // that the buffer is still open to it, and the tag cannot be used again.
-        let revoked = !data || inv.is_some_and(|i| io.mr.apply_invalidation(i));
-        if !revoked {
-            self.slots.lock()[tag].io = Some(wr);
-            self.stats.errors.fetch_add(1, Ordering::Relaxed);
-            let _ = Request::end(rq, Err(EIO));
-            self.fail(
-                format_args!("an answer did not revoke the buffer's rkey"),
-                false,
-            );
-            return;
-        }
-        if result.is_ok() && io.op == Opcode::Read {
-            let len = io.len;
-            result = match io.mr.with_buf(|b| match b.get(..len) {
-                Some(b) => Request::copy_from_slice(&mut rq, b),
-                None => Err(EINVAL),
-            }) {
-                Ok(r) => r,
-                Err(e) => Err(e),
-            };
-        }
-        // The tag is free again before its block request ends (blk-mq may reuse it at once).
-        self.slots.lock()[tag].io = Some(wr);
-        if result.is_err() {
-            self.stats.errors.fetch_add(1, Ordering::Relaxed);
-        }
-        self.stats.completed.fetch_add(1, Ordering::Relaxed);
-        let _ = Request::end(rq, result);
-    }
-
-    /// Keeps `resp` for its tag, which must have a command out and no answer yet; an inline
-    /// read's `data`, exactly what its command asked, goes into the block request's pages.
-    /// Returns the tag (`None` for a probe's answer); `EPROTO` if the answer does not fit the
-    /// tag's command. Softirq.
-    fn take_answer(
-        &self,
-        resp: Response,
-        data: &[u8],
-        inv: Option<Invalidation>,
-    ) -> Result<Option<usize>> {
-        let status = i64::from(resp.status);
-        let probed =
-            self.probe
-                .compare_exchange(PROBE_WAITING, status, Ordering::AcqRel, Ordering::Acquire);
-        if probed.is_ok() {
-            self.probe_done.complete();
-            return Ok(None);
-        }
-        let tag = resp.tag as usize;
-        let mut slots = self.slots.lock();
-        let s = slots.get_mut(tag).ok_or(EPROTO)?;
-        if s.answer.is_some() {
-            return Err(EPROTO);
-        }
-        let rq = s.rq.as_mut().ok_or(EPROTO)?;
-        let mut status = resp.status;
-        if status == 0 && s.inline_read > 0 {
-            if data.len() != s.inline_read {
-                return Err(EPROTO);
-            }
-            // The request's pages are written in place: it is ours until `complete` ends it.
-            if let Err(e) = Request::copy_from_slice(rq, data) {
-                status = e.to_errno();
-            }
-        } else if !data.is_empty() {
-            return Err(EPROTO);
-        }
-        s.answer = Some((status, inv));
-        Ok(Some(tag))
-    }
-
-    /// Sends one raw command on a queue that serves no disk (tag 0's request, with its MR
-    /// registered for opcodes 1 and 2): opcode `op` whatever it is, and `inline` bytes of
-    /// zeros after it. Its answer, or the queue's failure, is waited for by [`Self::probe_wait`].
-    /// Process context.
-    pub(crate) fn probe(&self, op: u8, tag: u16, sector: u64, len: u32, inline: usize) -> Result {
-        if inline > INLINE_MAX as usize {
-            return Err(EINVAL);
-        }
-        let mut wr = self
-            .slots
-            .lock()
-            .get_mut(0)
-            .and_then(|s| s.io.take())
-            .ok_or(EBUSY)?;
-        self.probe.store(PROBE_WAITING, Ordering::Release);
-        self.probe_done.reinit();
-        let buffer = op == Opcode::Read as u8 || op == Opcode::Write as u8;
-        let io = wr.data_mut();
-        io.op = Opcode::Flush;
-        if buffer {
-            io.mr.bump_key();
-        }
-        if let Some(b) = io.cmd.as_mut_slice().get_mut(CMD_LEN..CMD_LEN + inline) {
-            b.fill(0);
-        }
-        let posted = self.qp.post_send(wr, |io, ops| {
-            if buffer {
-                ops.reg_mr(&io.mr, Access::REMOTE_READ | Access::REMOTE_WRITE)?;
-            }
-            let (addr, rkey) = if buffer {
-                (io.mr.iova(), io.mr.rkey())
-            } else {
-                (0, 0)
-            };
-            let b = io.cmd.as_mut_slice();
-            Command {
-                op: Opcode::Flush,
-                tag,
-                len,
-                sector,
-                addr,
-                rkey,
-            }
-            .encode(b);
-            b[0] = op;
-            ops.send(&io.cmd, 0..CMD_LEN + inline)?;
-            Ok(())
-        });
-        if let Err(e) = posted {
-            if let Some(s) = self.slots.lock().get_mut(0) {
-                s.io = Some(e.wr);
-            }
-            self.probe.store(PROBE_IDLE, Ordering::Release);
-            return Err(e.err);
-        }
-        Ok(())
-    }
-
-    /// Waits up to `ms` for the probe's answer: `Ok(status)`, or `Err(ECONNRESET)` if the queue
-    /// failed first (the target ended the connection), `Err(ETIMEDOUT)` if neither came.
-    pub(crate) fn probe_wait(&self, ms: u32) -> Result<i32> {
-        let signalled = self.probe_done.wait_timeout(ms);
-        match self.probe.load(Ordering::Acquire) {
-            PROBE_IDLE => Err(EINVAL),
-            PROBE_WAITING if self.dead.load(Ordering::Acquire) => Err(ECONNRESET),
-            PROBE_WAITING => Err(signalled.err().unwrap_or(ETIMEDOUT)),
-            status => Ok(status as i32),
-        }
-    }
-
-    /// A block request of `tag` has waited another [`KEEPALIVE_MS`]: asks the target whether
-    /// it lives, unless it has waited [`IO_TIMEOUT_MS`] in all (`false`: it has). Process
-    /// context (blk-mq's timeout work).
-    fn tick(&self, tag: usize) -> bool {
-        let ticks = match self.slots.lock().get_mut(tag) {
-            Some(s) => {
-                s.ticks += 1;
-                s.ticks
-            }
-            None => return false,
-        };
-        if ticks * KEEPALIVE_MS >= IO_TIMEOUT_MS || self.dead.load(Ordering::Acquire) {
-            return false;
-        }
-        // `None`: the last keep-alive is still out.
-        let Some(wr) = self.keepalive.lock().take() else {
-            return true;
-        };
-        if let Err(e) = self.qp.post_send(wr, |_, ops| {
-            ops.keepalive()?;
-            Ok(())
-        }) {
-            *self.keepalive.lock() = Some(e.wr);
-        }
-        true
-    }
-
-    /// Posts an answer receive; dropped if the QP is being drained.
-    fn post_answer(wr: Wr<Answer>) {
-        let qp = wr.data().q.qp.clone();
-        let _ = qp.post_recv(wr, |a, ops| {
-            ops.buf(&mut a.buf, 0..RESP_LEN + INLINE_MAX as usize)?;
-            Ok(())
-        });
-    }
-}
-
-impl Completion for Io {
-    fn done(mut wr: Wr<Self>, wc: &Wc) {
-        let q = wr.data().q.clone();
-        let tag = wr.data().tag as usize;
-        // The device has read an inline write's pages: unmapped, and their reference to the
-        // block request dropped, before the tag's request is back (see `end_failed`).
-        drop(wr.data_mut().lent.take());
-        // Back in its slot in every case: a failed queue's requests are freed from there.
-        if let Some(s) = q.slots.lock().get_mut(tag) {
-            s.io = Some(wr);
-        }
-        if !wc.is_ok() && wc.status() != WcStatus::WrFlushErr {
-            q.fail(format_args!("a command failed: {:?}", wc.status()), false);
-        }
-        if q.dead.load(Ordering::Acquire) {
-            // `fail` could not end a request whose pages were lent: it ends here.
-            q.end_failed(tag);
-            return;
-        }
-        if wc.is_ok() {
-            q.complete(tag);
-        }
-    }
-}
-
-impl Completion for KeepAlive {
-    fn done(wr: Wr<Self>, wc: &Wc) {
-        let q = wr.data().q.clone();
-        if !wc.is_ok() && wc.status() != WcStatus::WrFlushErr {
-            q.fail(
-                format_args!("the target does not answer: keep-alive {:?}", wc.status()),
-                false,
-            );
-        }
-        // Back in its place in every case: `close` frees it, after the drain.
-        *q.keepalive.lock() = Some(wr);
-    }
-}
-
-impl Completion for Answer {
-    fn done(mut wr: Wr<Self>, wc: &Wc) {
-        let q = wr.data().q.clone();
-        if !wc.is_ok() {
-            if wc.status() != WcStatus::WrFlushErr {
-                q.fail(format_args!("an answer failed: {:?}", wc.status()), false);
-            }
-            return;
-        }
-        let n = wc.byte_len() as usize;
-        let inv = wc.invalidation();
-        // The answer is taken (and an inline read's data copied out) before its buffer is
-        // posted again.
-        let taken = match wr.data_mut().buf.as_slice().get(..n) {
-            Some(b) => Response::decode(b).and_then(|(resp, data)| q.take_answer(resp, data, inv)),
-            None => Err(EPROTO),
-        };
-        IoQueue::post_answer(wr);
-        match taken {
-            Ok(Some(tag)) => q.complete(tag),
-            Ok(None) => {}
-            Err(_) => q.fail(
-                format_args!("the target sent {n} bytes that are not an answer to a command"),
-                false,
-            ),
         }
     }
 }
@@ -730,7 +116,7 @@ impl Operations for Blk {
         conn.timeouts.fetch_add(1, Ordering::Relaxed);
         pr_err!(
             "queue {}: a request of {} bytes at sector {} timed out after {} ms\n",
-            q.index,
+            q.index(),
             rq.bytes(),
             rq.sector(),
             IO_TIMEOUT_MS
@@ -893,25 +279,16 @@ pub(crate) fn connect_queue(spec: &ConnectSpec, index: u16) -> Result<(Arc<IoQue
     };
     let qp = Arc::new(qp.established()?, GFP_KERNEL)?;
     let q = Arc::pin_init(
-        pin_init!(IoQueue {
+        IoQueue::new(
             index,
-            qp: qp.clone(),
-            slots <- new_spinlock_bh!(KVec::new(), "rdma_rust_blk_slots"),
-            dead: AtomicBool::new(false),
-            inline_max: welcome.inline_max.min(INLINE_MAX),
-            lend_max: send_sge as usize - 1,
-            id <- new_mutex!(None, "rdma_rust_blk_queue_id"),
-            stats: QueueStats::default(),
-            probe: AtomicI64::new(PROBE_IDLE),
-            probe_done <- Signal::new(),
-            keepalive <- new_spinlock_bh!(None, "rdma_rust_blk_keepalive"),
-        }),
+            qp,
+            welcome.inline_max.min(INLINE_MAX),
+            send_sge as usize - 1,
+        ),
         GFP_KERNEL,
     )?;
     // From here `close` frees what the queue holds, on every path.
-    *q.id.lock() = Some(id);
-    let filled = fill(&q, &pd, spec.depth);
-    if let Err(e) = filled {
+    if let Err(e) = q.fill(id, &pd, spec.depth) {
         q.close();
         return Err(e);
     }
@@ -926,46 +303,6 @@ const EMPTY: Welcome = Welcome {
     capacity: 0,
     inline_max: 0,
 };
-
-/// A queue's requests: one per tag, with its bounce buffer; one answer receive per tag.
-fn fill(q: &Arc<IoQueue>, pd: &Arc<Pd>, depth: u16) -> Result {
-    let mut slots = KVec::with_capacity(depth as usize, GFP_KERNEL)?;
-    for tag in 0..depth {
-        let mut mr = Mr::new(pd, (MAX_IO as usize / PAGE_SIZE + 1) as u32)?;
-        mr.map(DmaBuf::new(pd, MAX_IO as usize, GFP_KERNEL)?)
-            .map_err(|(e, _)| e)?;
-        let io = Io {
-            q: q.clone(),
-            tag,
-            cmd: DmaBuf::<ToDevice>::alloc(pd, CMD_LEN + INLINE_MAX as usize, GFP_KERNEL)?,
-            mr,
-            lent: None,
-            op: Opcode::Flush,
-            len: 0,
-        };
-        slots.push(
-            Slot {
-                io: Some(Wr::new(io, GFP_KERNEL)?),
-                ..Slot::default()
-            },
-            GFP_KERNEL,
-        )?;
-    }
-    *q.slots.lock() = slots;
-    *q.keepalive.lock() = Some(Wr::new(KeepAlive { q: q.clone() }, GFP_KERNEL)?);
-    for _ in 0..depth {
-        let a = Answer {
-            q: q.clone(),
-            buf: DmaBuf::<FromDevice>::alloc(pd, RESP_LEN + INLINE_MAX as usize, GFP_KERNEL)?,
-        };
-        let wr = Wr::new(a, GFP_KERNEL)?;
-        q.qp.post_recv(wr, |a, ops| {
-            ops.buf(&mut a.buf, 0..RESP_LEN + INLINE_MAX as usize)?;
-            Ok(())
-        })?;
-    }
-    Ok(())
-}
 
 /// A connected disk.
 pub(crate) struct Disk {
@@ -991,8 +328,7 @@ impl Disk {
                 Ok((q, w)) => {
                     if welcome.is_none() {
                         welcome = Some(w);
-                        let _ = dev_name
-                            .extend_from_slice(q.qp.pd().device().name().as_bytes(), GFP_KERNEL);
+                        let _ = dev_name.extend_from_slice(q.device_name().as_bytes(), GFP_KERNEL);
                     }
                     // Every queue must see the same volume.
                     let same = welcome.is_some_and(|v: Welcome| {
