@@ -156,14 +156,13 @@ impl Waiter {
         self.signal.complete();
     }
 
-    /// Waits up to `ms` for `want` (any `Established` when `want` is one).
-    fn wait(&self, want: Step, ms: u32) -> Result<Step> {
+    /// Waits up to `ms` for a step that `want` accepts.
+    fn wait(&self, want: &dyn Fn(&Step) -> bool, ms: u32) -> Result<Step> {
         let deadline_ok = self.signal.wait_timeout(ms).is_ok();
         let now = *self.step.lock();
         match now {
             Step::Failed(e) => Err(e),
-            Step::Established(_) if matches!(want, Step::Established(_)) => Ok(now),
-            s if s == want => Ok(s),
+            s if want(&s) => Ok(s),
             _ if !deadline_ok => Err(ETIMEDOUT),
             _ => Err(EPROTO),
         }
@@ -225,16 +224,20 @@ pub(crate) fn connect_queue(spec: &ConnectSpec, index: u16) -> Result<(Arc<IoQue
             waiter: waiter.clone(),
         },
     )?;
-    let step = |want: Step, ms: u32, what: &str| {
+    let step = |want: &dyn Fn(&Step) -> bool, ms: u32, what: &str| {
         waiter.wait(want, ms + 1000).inspect_err(|e| {
             pr_err!("connect {}: {what}: {e:?}\n", spec.addr);
         })
     };
     id.resolve_addr(None, spec.addr, RESOLVE_MS)?;
-    step(Step::AddrResolved, RESOLVE_MS, "cannot resolve the address")?;
+    step(
+        &|s| *s == Step::AddrResolved,
+        RESOLVE_MS,
+        "cannot resolve the address",
+    )?;
     waiter.signal.reinit();
     id.resolve_route(RESOLVE_MS)?;
-    step(Step::RouteResolved, RESOLVE_MS, "no route")?;
+    step(&|s| *s == Step::RouteResolved, RESOLVE_MS, "no route")?;
     waiter.signal.reinit();
     let dev = id.device().ok_or(ENODEV)?;
     let depth = u32::from(spec.depth);
@@ -273,8 +276,8 @@ pub(crate) fn connect_queue(spec: &ConnectSpec, index: u16) -> Result<(Arc<IoQue
         initiator_depth: 0,
         ..ConnParam::default()
     })?;
-    let Step::Established(welcome) = step(Step::Established(EMPTY), CONNECT_MS, "cannot connect")?
-    else {
+    let established = |s: &Step| matches!(s, Step::Established(_));
+    let Step::Established(welcome) = step(&established, CONNECT_MS, "cannot connect")? else {
         return Err(EPROTO);
     };
     let qp = Arc::new(qp.established()?, GFP_KERNEL)?;
@@ -295,14 +298,6 @@ pub(crate) fn connect_queue(spec: &ConnectSpec, index: u16) -> Result<(Arc<IoQue
     *waiter.queue.lock() = Some(q.clone());
     Ok((q, welcome))
 }
-
-/// A placeholder welcome to name the step waited for.
-const EMPTY: Welcome = Welcome {
-    block_size: 0,
-    max_io: 0,
-    capacity: 0,
-    inline_max: 0,
-};
 
 /// A connected disk.
 pub(crate) struct Disk {

@@ -294,6 +294,21 @@ impl core::fmt::Display for Peer {
 }
 
 impl Export {
+    /// Sends a DREQ on `conn`'s connection, whose peer broke the protocol. Before ib_cm has
+    /// the peer's RTU this sends nothing: the `Established` event disconnects then. Process
+    /// context.
+    fn disconnect(&self, conn: &TgtConn) {
+        let l = self.link.lock();
+        let session = l
+            .sessions
+            .iter()
+            .flatten()
+            .find(|s| core::ptr::eq(&*s.conn, conn));
+        if let Some(s) = session {
+            let _ = s.id.disconnect();
+        }
+    }
+
     /// A connection request: checked, then accepted with a connection of its own.
     fn accept(self: &Arc<Self>, req: Request<'_, TgtEv>) -> Result<(), Refusal> {
         let refuse = |req: Request<'_, TgtEv>, why: Refusal| {

@@ -269,17 +269,7 @@ impl TgtConn {
             if let Some(qp) = self.qp.lock().as_ref() {
                 let _ = qp.set_error();
             }
-            let link = self.export.link.lock();
-            let session = link
-                .sessions
-                .iter()
-                .flatten()
-                .find(|s| core::ptr::eq(&*s.conn, self));
-            // Before ib_cm has the peer's RTU this sends nothing: the `Established` event
-            // disconnects then.
-            if let Some(s) = session {
-                let _ = s.id.disconnect();
-            }
+            self.export.disconnect(self);
         }
     }
 
