@@ -223,14 +223,15 @@ impl IoQueue {
                 Err(back) => rq = back,
             }
             let mut slots = self.slots.lock();
-            let Some(s) = slots.get_mut(tag) else {
-                // Only `close` empties the slots, after the drain: nothing is lent any more.
-                return;
-            };
-            if s.io.is_none() {
+            match slots.get_mut(tag) {
                 // Still lent: the SEND's completion ends it.
-                s.rq = Some(rq);
-                return;
+                Some(s) if s.io.is_none() => {
+                    s.rq = Some(rq);
+                    return;
+                }
+                // The tag's request is back, or the slots are gone (`close`, after the drain):
+                // nothing is lent any more, so the next try ends it.
+                _ => {}
             }
         }
         pr_err!(
@@ -322,9 +323,8 @@ impl IoQueue {
         // or (more segments than the SEND gathers) a copy in the command's buffer.
         let sent = if op == Opcode::WriteInline && failed.is_none() {
             if self.lend_max > 0 {
-                match DmaLent::map(io.cmd.pd(), rq.clone()) {
-                    Ok(lent) if lent.segments() <= self.lend_max => io.lent = Some(lent),
-                    Ok(lent) => drop(lent.into_owner()),
+                match DmaLent::map(io.cmd.pd(), rq.clone(), self.lend_max) {
+                    Ok(lent) => io.lent = Some(lent),
                     Err((_, owner)) => drop(owner),
                 }
             }

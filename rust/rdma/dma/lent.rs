@@ -101,7 +101,7 @@ pub unsafe trait PageOwner: Send + 'static {
 /// # Examples
 ///
 /// ```
-/// use kernel::rdma::{dma::{DmaBuf, DmaLent, PageOwner, ToDevice}, pd::Pd, qp::{Qp, Rts},
+/// use kernel::rdma::{dma::{DmaBuf, DmaLent, PageOwner, ToDevice, MAX_LENT}, pd::Pd, qp::{Qp, Rts},
 ///     wr::{Completion, Wr}, cq::Wc};
 ///
 /// // A command and the pages of whatever `O` is (a block request), sent as one message.
@@ -118,7 +118,7 @@ pub unsafe trait PageOwner: Send + 'static {
 /// }
 ///
 /// fn send<O: PageOwner>(qp: &Qp<Rts>, pd: &kernel::sync::Arc<Pd>, owner: O) -> Result {
-///     let data = DmaLent::map(pd, owner).map_err(|(e, _owner)| e)?;
+///     let data = DmaLent::map(pd, owner, MAX_LENT).map_err(|(e, _owner)| e)?;
 ///     let out = Out { cmd: DmaBuf::alloc(pd, 64, GFP_KERNEL)?, data: Some(data) };
 ///     qp.post_send(Wr::new(out, GFP_KERNEL)?, |o, ops| {
 ///         ops.send(&o.cmd, 0..64)?;
@@ -144,16 +144,22 @@ pub struct DmaLent<O: PageOwner> {
 }
 
 impl<O: PageOwner> DmaLent<O> {
-    /// Maps the pages of `owner` for the device of `pd` to read. `E2BIG` if it has more than
-    /// [`MAX_LENT`] segments, `EINVAL` if it has none, `ENOMEM` if a mapping fails; the owner
-    /// comes back with the error, nothing mapped.
-    pub fn map(pd: &Arc<Pd>, owner: O) -> Result<Self, (Error, O)> {
+    /// Maps the pages of `owner` for the device of `pd` to read, if it has at most `max`
+    /// segments (and [`MAX_LENT`]): a caller that gathers them into one work request passes
+    /// what its QP's SGEs allow. `E2BIG` if it has more, `EINVAL` if it has none or reports an
+    /// empty one, `ENOMEM` if a mapping fails; the owner comes back with the error, nothing
+    /// mapped.
+    pub fn map(pd: &Arc<Pd>, owner: O, max: usize) -> Result<Self, (Error, O)> {
         let mut segs = [Segment::EMPTY; MAX_LENT];
-        let n = match owner.segments(&mut segs) {
+        let n = match owner.segments(&mut segs[..max.min(MAX_LENT)]) {
             Ok(n) if n > 0 && n <= MAX_LENT => n,
             Ok(_) => return Err((EINVAL, owner)),
             Err(e) => return Err((e, owner)),
         };
+        // Only `Segment::EMPTY` has no page, and it has no bytes either.
+        if segs[..n].iter().any(Segment::is_empty) {
+            return Err((EINVAL, owner));
+        }
         let mut me = Self {
             owner: ManuallyDrop::new(owner),
             pd: pd.clone(),
@@ -163,8 +169,9 @@ impl<O: PageOwner> DmaLent<O> {
         };
         let dev = pd.device();
         for s in &segs[..n] {
-            // SAFETY: `s.page` is a valid page and the range lies inside it (the invariant of
-            // `Segment`); `me.owner` keeps it allocated until the mapping is undone in `unmap`.
+            // SAFETY: `s` is not empty (checked above), so it was made by `Segment::new`: its
+            // page is valid and the range lies inside it; `me.owner` keeps the page allocated
+            // until the mapping is undone in `unmap`.
             let dma = unsafe {
                 bindings::ib_dma_map_page(
                     dev.as_raw(),
@@ -245,17 +252,9 @@ impl<O: PageOwner> Mapped for DmaLent<O> {
             if offset < seg_end {
                 let at = offset - start;
                 let n = (seg_end.min(end) - offset) as u32;
-                let addr = dma + at as u64;
-                // SAFETY: `addr .. addr + n` lies inside a live mapping (invariant).
-                unsafe {
-                    bindings::ib_dma_sync_single_for_device(
-                        self.pd.device().as_raw(),
-                        addr,
-                        n as usize,
-                        ToDevice::RAW,
-                    )
-                };
-                return (addr, n);
+                // No sync: nothing here writes the pages, and mapping them synced them for the
+                // device.
+                return (dma + at as u64, n);
             }
             start = seg_end;
         }
@@ -286,7 +285,8 @@ mod block {
 
     // SAFETY: A request's segments are pages of its bios, which stay allocated until the
     // request is ended; ending it (`Request::end`, `end_ok`) needs the only `ARef` to it, so
-    // not while this one lives.
+    // not while this one lives, and blk-mq ends (or requeues) a request whose `queue_rq`
+    // failed only if the driver kept no `ARef` to it (`queue_rq_callback`).
     unsafe impl<T: Operations + 'static> PageOwner for ARef<Request<T>> {
         fn segments(&self, out: &mut [Segment]) -> Result<usize> {
             let mut bv = [bindings::bio_vec::default(); MAX_LENT];
