@@ -27,6 +27,21 @@ blk_capacity_ok() {
 blk_disconnect() { blk_ctl disconnect dev=rrbd0 && [ ! -e /dev/rrbd0 ]; }
 # blk_target_connections N: the target's status shows N connections to vol0.
 blk_target_connections() { grep -q "^  vol0 .* connections=$1 " $BLK/status; }
+# blk_disk_field KEY: the value of KEY in rrbd0's status line.
+blk_disk_field() { sed -n "s/^  rrbd0 .* $1=\([0-9]*\).*/\1/p" $BLK/status; }
+# blk_clean: rrbd0 is live, with nothing in flight, no error and no timeout.
+blk_clean() {
+	blk_disk_has state=live && blk_disk_has in_flight=0 && blk_disk_has errors=0 &&
+		blk_disk_has timeouts=0 || { cat $BLK/status; return 1; }
+}
+# dd_md5 DD-ARGS...: the md5sum of what dd reads; fails, with dd's message, if
+# dd does (a pipeline's status would be md5sum's).
+dd_md5() {
+	local sum
+	sum=$({ dd "$@" 2> /tmp/dd.err; echo $? > /tmp/dd.rc; } | md5sum)
+	[ "$(cat /tmp/dd.rc)" = 0 ] || { cat /tmp/dd.err; return 1; }
+	echo "$sum"
+}
 
 # blk_bad_ctl: malformed commands are refused with an error, logged, and change
 # nothing (status and the RDMA resources as before).
@@ -66,7 +81,7 @@ blk_pattern() {
 	dd if=/dev/urandom of=/tmp/pattern bs=1M count=$VOL_MB 2> /dev/null || return 1
 	want=$(md5sum < /tmp/pattern)
 	dd if=/tmp/pattern of=/dev/rrbd0 bs=128k oflag=direct 2> /tmp/dd.err || { cat /tmp/dd.err; return 1; }
-	got=$(dd if=/dev/rrbd0 bs=64k iflag=direct 2> /tmp/dd.err | md5sum) || { cat /tmp/dd.err; return 1; }
+	got=$(dd_md5 if=/dev/rrbd0 bs=64k iflag=direct) || { echo "$got"; return 1; }
 	rm -f /tmp/pattern
 	[ "$got" = "$want" ] || { echo "read back $got, wrote $want"; return 1; }
 }
@@ -75,7 +90,7 @@ blk_pattern() {
 # blocks at random places of its own part of the disk (direct I/O), then every
 # block is read back and compared with what was written.
 blk_random() {
-	local jobs=$1 n=$2 j per bad=0
+	local jobs=$1 n=$2 j per bad=0 pids= pid
 	per=$((VOL_MB * 256 / jobs))
 	for j in $(seq 1 "$jobs"); do
 		(
@@ -91,21 +106,23 @@ blk_random() {
 				i=$((i + 1))
 			done
 		) &
+		pids="$pids $!"
 	done
-	wait || true
+	# Every writer must have written all its blocks.
+	j=0
+	for pid in $pids; do
+		j=$((j + 1))
+		wait "$pid" || { echo "writer $j failed after $(wc -l < /tmp/rnd-$j) blocks"; bad=1; }
+	done
 	for j in $(seq 1 "$jobs"); do
-		[ "$(wc -l < /tmp/rnd-$j)" -gt 0 ] || { echo "writer $j wrote nothing"; bad=1; continue; }
 		while read -r b sum _; do
-			got=$(dd if=/dev/rrbd0 bs=4k skip=$b count=1 iflag=direct 2> /dev/null | md5sum)
+			got=$(dd_md5 if=/dev/rrbd0 bs=4k skip=$b count=1 iflag=direct) || { echo "block $b: $got"; bad=1; continue; }
 			[ "${got%% *}" = "$sum" ] || { echo "block $b: read $got, wrote $sum"; bad=1; }
 		done < /tmp/rnd-$j
 	done
 	rm -f /tmp/rnd-* /tmp/rblk-*
 	[ $bad = 0 ]
 }
-
-# blk_disk_field KEY: the value of KEY in rrbd0's status line.
-blk_disk_field() { sed -n "s/^  rrbd0 .* $1=\([0-9]*\).*/\1/p" $BLK/status; }
 
 # blk_writes_lent: 4 KiB writes (direct I/O from one page each) go from the
 # block request's pages, without a copy: the disk's count of lent inline writes
@@ -118,7 +135,8 @@ blk_writes_lent() {
 	dd if=/dev/urandom of=/dev/rrbd0 bs=4k count=32 oflag=direct 2> /dev/null || return 1
 	l1=$(blk_disk_field inline_writes_lent)
 	c1=$(blk_disk_field inline_writes_copied)
-	[ -n "$l0" ] && [ -n "$l1" ] && [ $((l1 - l0)) -ge 32 ] && [ "$c1" = "$c0" ] ||
+	[ -n "$l0" ] && [ -n "$l1" ] && [ -n "$c0" ] && [ -n "$c1" ] &&
+		[ $((l1 - l0)) -eq 32 ] && [ "$c1" = "$c0" ] ||
 		{ echo "lent $l0 -> $l1, copied $c0 -> $c1"; return 1; }
 }
 
@@ -146,7 +164,7 @@ blk_probe() {
 # target is back to the disk's two connections.
 blk_hostile() {
 	local before after bad=0 last=$((VOL_MB * 2048)) args expect
-	before=$(dd if=/dev/rrbd0 bs=1M iflag=direct 2> /dev/null | md5sum)
+	before=$(dd_md5 if=/dev/rrbd0 bs=1M iflag=direct) || { echo "cannot read the disk: $before"; return 1; }
 	while IFS='|' read -r args expect; do
 		[ -n "$args" ] || continue
 		blk_probe "$expect" $args || bad=1
@@ -170,7 +188,7 @@ blk_hostile() {
 	op=5 sector=0 len=4096 inline=4|the target ended the connection
 	op=1 sector=0 len=4096 tag=1|the target ended the connection
 	EOF
-	after=$(dd if=/dev/rrbd0 bs=1M iflag=direct 2> /dev/null | md5sum)
+	after=$(dd_md5 if=/dev/rrbd0 bs=1M iflag=direct) || { echo "the disk no longer reads: $after"; return 1; }
 	[ "$after" = "$before" ] || { echo "the volume changed: $before, then $after"; bad=1; }
 	wait_for 30 blk_target_connections 2 || { echo "the probes' connections did not end"; cat $BLK/status; bad=1; }
 	blk_disk_has state=live || { echo "the disk is not live"; cat $BLK/status; bad=1; }
@@ -189,7 +207,7 @@ blk_discard() {
 	blkdiscard -o $((5 << 20)) -l $((1 << 20)) /dev/rrbd0 || return 1
 	{ dd if=/tmp/d3 bs=1M count=1; dd if=/dev/zero bs=1M count=1; dd if=/tmp/d3 bs=1M skip=2 count=1; } 2> /dev/null > /tmp/d3e
 	want=$(md5sum < /tmp/d3e)
-	got=$(dd if=/dev/rrbd0 bs=1M skip=4 count=3 iflag=direct 2> /dev/null | md5sum)
+	got=$(dd_md5 if=/dev/rrbd0 bs=1M skip=4 count=3 iflag=direct) || { echo "$got"; return 1; }
 	rm -f /tmp/d3 /tmp/d3e
 	[ "$got" = "$want" ] || { echo "read back $got, expected $want"; return 1; }
 }
@@ -201,8 +219,8 @@ blk_fs() {
 	mkdir -p /mnt/rrbd
 	mount -t ext2 /dev/rrbd0 /mnt/rrbd || return 1
 	cp /lib/modules/extra/*.ko /mnt/rrbd/ || { umount /mnt/rrbd; return 1; }
-	dd if=/dev/urandom of=/mnt/rrbd/random bs=1M count=4 2> /dev/null
-	(cd /mnt/rrbd && md5sum ./*) > /tmp/sums
+	dd if=/dev/urandom of=/mnt/rrbd/random bs=1M count=4 2> /tmp/dd.err &&
+		(cd /mnt/rrbd && md5sum ./*.ko ./random) > /tmp/sums || { cat /tmp/dd.err; umount /mnt/rrbd; return 1; }
 	umount /mnt/rrbd || return 1
 	e2fsck -f -n /dev/rrbd0 > /tmp/fsck 2>&1 || { cat /tmp/fsck; return 1; }
 	kmsg "rdmatest: rrbd0 e2fsck: $(tail -n 1 /tmp/fsck)"
@@ -211,39 +229,76 @@ blk_fs() {
 	umount /mnt/rrbd
 }
 
-# blk_queues: writers on both CPUs at once reach both hardware queues.
+# blk_queue_counts: the two queues' completed requests, as "Q0 Q1".
+blk_queue_counts() { sed -n 's/^ *per_queue_completed=\([0-9]*\),\([0-9]*\)$/\1 \2/p' $BLK/status; }
+# blk_queues: writers on both CPUs at once reach both hardware queues: each
+# queue completes at least the 64 requests of the writer on its CPU.
 blk_queues() {
-	local c
+	local c pids= pid bad=0 q0 q1 n0 n1
 	[ "$(ls /sys/block/rrbd0/mq | wc -l)" = 2 ] || { ls /sys/block/rrbd0/mq; return 1; }
+	set -- $(blk_queue_counts)
+	q0=$1 q1=$2
+	[ -n "$q1" ] || { echo "no per_queue_completed for two queues"; cat $BLK/status; return 1; }
 	for c in 0 1; do
 		taskset -c $c dd if=/dev/zero of=/dev/rrbd0 bs=64k count=64 seek=$((c * 64)) oflag=direct 2> /dev/null &
+		pids="$pids $!"
 	done
-	wait
-	grep per_queue_completed $BLK/status
-	grep -q 'per_queue_completed=[1-9][0-9]*,[1-9][0-9]*$' $BLK/status
+	for pid in $pids; do
+		wait "$pid" || { echo "a writer failed"; bad=1; }
+	done
+	set -- $(blk_queue_counts)
+	n0=$1 n1=$2
+	echo "per queue: $q0 -> $n0, $q1 -> $n1"
+	[ $bad = 0 ] && [ $((n0 - q0)) -ge 64 ] && [ $((n1 - q1)) -ge 64 ]
 }
 
-# blk_io_fails FAULT: a reader runs on rrbd0 while FAULT (a command) takes the
-# target away; the reader ends with an I/O error within 30 s, and the disk
-# answers errors at once from then on.
+# blk_io_fails FAULT: a reader (128 KiB reads: the target RDMA WRITEs them)
+# and a writer (4 KiB writes: sent from the block requests' pages) run on
+# rrbd0 while FAULT (a command) takes the target away or the initiator down;
+# both were making progress before, both end with an I/O error within 30 s, and
+# the disk, if it is still there, answers errors within 5 s from then on.
 blk_io_fails() {
-	local pid t0 i
-	rm -f /tmp/reader
+	local rpid wpid t0 i c0 l0 c1 l1
+	rm -f /tmp/reader /tmp/writer
+	c0=$(blk_disk_field completed) l0=$(blk_disk_field inline_writes_lent)
 	(while dd if=/dev/rrbd0 of=/dev/null bs=128k iflag=direct 2> /dev/null; do :; done; echo done > /tmp/reader) &
-	pid=$!
+	rpid=$!
+	(while dd if=/dev/zero of=/dev/rrbd0 bs=4k count=256 oflag=direct 2> /dev/null; do :; done; echo done > /tmp/writer) &
+	wpid=$!
 	sleep 2
-	[ ! -e /tmp/reader ] || { echo "the reader failed before the fault"; return 1; }
+	c1=$(blk_disk_field completed) l1=$(blk_disk_field inline_writes_lent)
+	if [ -e /tmp/reader ] || [ -e /tmp/writer ] || [ -z "$c1" ] || [ $((c1 - c0)) -le 0 ] ||
+		[ -z "$l1" ] || [ $((l1 - l0)) -le 0 ]; then
+		kill $rpid $wpid
+		echo "no I/O before the fault: completed $c0 -> $c1, lent writes $l0 -> $l1"
+		return 1
+	fi
 	t0=$(uptime_ms)
-	"$@" || { kill $pid; echo "'$*' failed"; return 1; }
+	"$@" || { kill $rpid $wpid; echo "'$*' failed"; return 1; }
 	for i in $(seq 1 150); do
-		[ -e /tmp/reader ] && break
+		[ -e /tmp/reader ] && [ -e /tmp/writer ] && break
 		sleep 0.2
 	done
-	[ -e /tmp/reader ] || { kill $pid; echo "the reader did not fail within 30 s"; return 1; }
-	echo "the reader failed $(( $(uptime_ms) - t0 )) ms after '$*'"
+	[ -e /tmp/reader ] && [ -e /tmp/writer ] ||
+		{ kill $rpid $wpid; echo "I/O did not fail within 30 s (reader: $(cat /tmp/reader 2> /dev/null), writer: $(cat /tmp/writer 2> /dev/null))"; return 1; }
+	echo "the reader and the writer failed within $(( $(uptime_ms) - t0 )) ms of '$*'"
 	kmsg "rdmatest: rrbd0 I/O failed $(( $(uptime_ms) - t0 )) ms after '$*'"
-	! dd if=/dev/rrbd0 of=/dev/null bs=4k count=1 iflag=direct 2> /dev/null
+	[ ! -e /dev/rrbd0 ] || ! timeout 5 dd if=/dev/rrbd0 of=/dev/null bs=4k count=1 iflag=direct 2> /dev/null
 }
+# blk_works_again: export and connect again (after the device came back); 1 MiB
+# written reads back.
+blk_works_again() {
+	local want got
+	blk_export && blk_connect || return 1
+	dd if=/dev/urandom of=/tmp/r1m bs=64k count=16 2> /dev/null &&
+		dd if=/tmp/r1m of=/dev/rrbd0 bs=64k oflag=direct 2> /tmp/dd.err || { cat /tmp/dd.err; return 1; }
+	want=$(md5sum < /tmp/r1m)
+	got=$(dd_md5 if=/dev/rrbd0 bs=64k count=16 iflag=direct) || { echo "$got"; return 1; }
+	rm -f /tmp/r1m
+	[ "$got" = "$want" ] || { echo "read back $got, wrote $want"; return 1; }
+}
+# blk_gone: the disk and the module's files are gone (after rmmod).
+blk_gone() { [ ! -e /dev/rrbd0 ] && [ ! -d $BLK ]; }
 
 blk_suite() {
 	suite_begin rdma_blk
@@ -261,7 +316,7 @@ blk_suite() {
 	check blk_hostile_initiator blk_hostile
 	check blk_discard blk_discard
 	check blk_mkfs_mount_fsck blk_fs
-	check blk_status_clean blk_disk_has state=live
+	check blk_status_clean blk_clean
 	check blk_disconnect blk_disconnect
 	# The target goes away under I/O: unexport; the disk fails, then goes.
 	check blk_unexport_under_io blk_connect depth=8
@@ -272,11 +327,12 @@ blk_suite() {
 	check blk_export_again blk_export
 	check blk_connect_again blk_connect depth=8
 	check blk_link_delete_under_io blk_io_fails timeout 60 rdma link delete rxe0
-	check blk_link_delete_removed_disk sh -c "[ ! -e /dev/rrbd0 ] && ! grep -q vol0 $BLK/status"
+	check blk_link_delete_removed_disk sh -c "[ ! -e /dev/rrbd0 ] && [ -e $BLK/status ] && ! grep -q vol0 $BLK/status"
 	check blk_rxe0_back add_rxe rxe0 veth0
-	check blk_connect_after_link_delete sh -c "echo export name=vol0 size=${VOL_MB}m addr=10.77.0.1 port=7400 > $BLK/ctl && echo connect addr=10.77.0.1 port=7400 name=vol0 > $BLK/ctl && dd if=/dev/zero of=/dev/rrbd0 bs=64k count=16 oflag=direct 2> /dev/null"
+	check blk_connect_after_link_delete blk_works_again
 	# rmmod under I/O removes the disk and the export.
 	check blk_rmmod_under_io blk_io_fails timeout 60 rmmod rdma_rust_blk
+	check blk_rmmod_removed_disk blk_gone
 	check blk_resources_back back_to_resources /tmp/blk-base
 	suite_end
 }
@@ -363,7 +419,7 @@ mode_blk_peer_a() {
 	# (No hardware-queue case: these guests have one CPU, which blk-mq maps to
 	# queue 0. The one-guest suite has it.)
 	check blk_mkfs_mount_fsck blk_fs
-	check blk_status_clean blk_disk_has state=live
+	check blk_status_clean blk_clean
 	check blk_disconnect blk_disconnect
 	nc_send $BLK_PEER_B 5041 done
 	# The target's module unloaded under I/O: the disk fails, then goes.
@@ -379,6 +435,7 @@ mode_blk_peer_a() {
 	check blk_peer_exported_third blk_peer_says 5045 exported
 	check blk_connect_after_peer_link_delete blk_connect queues=2 depth=8
 	check blk_rmmod_under_io blk_io_fails timeout 60 rmmod rdma_rust_blk
+	check blk_rmmod_removed_disk blk_gone
 	nc_send $BLK_PEER_B 5046 rmmod
 	check blk_resources_back back_to_resources /tmp/blk-base
 	check kmemleak_clean kmemleak_clean

@@ -250,8 +250,9 @@ cm_peer_b_link_delete_client() {
 # the victim's word twice a second). The server's connection fails too, and
 # stopping the server run frees it. UD is left out: a UD sender completes
 # whether anyone listens, and a UD receiver cannot tell silence from death.
-# rdma_rust_blk too: the survivor reads a disk served by the victim, and the
-# reader must fail within the bound (a request in flight to the dead target
+# rdma_rust_blk too: the survivor reads a disk served by the victim and writes
+# 4 KiB blocks to it (sent from the requests' pages), and the reader and the
+# writer must fail within the bound (a request in flight to the dead target
 # fails like the runs' do), and the disk disconnect.
 KILL_BOUND_S=15
 VICTIM=10.88.0.2 SURVIVOR=10.88.0.1
@@ -302,7 +303,7 @@ kill_watch() {
 # survivor_cycle: one victim, started, used and killed; the survivor's runs end
 # with RetryExcErr within the bound, everything is freed, nothing hangs.
 survivor_cycle() {
-	local srv rc cm eb ends t reader why=
+	local srv rc cm eb ends t io pids why=
 	[ -d $BLK ] || insmod $BLK_KO || return 1
 	baseline kill
 	wait_for 180 ping -c 1 -W 1 $VICTIM || { echo "the victim did not come up"; return 1; }
@@ -319,10 +320,13 @@ survivor_cycle() {
 	cm=$(ulp_last_id)
 	wait_for 60 all_moving "$rc" "$cm" "$srv" || { cat $ULP/stats; ulp_ctl stop all; echo "not all runs move data"; return 1; }
 	blk_ctl connect addr=$VICTIM port=7402 name=vkill || { ulp_ctl stop all; echo "no disk from the victim"; return 1; }
-	rm -f /tmp/kill-reader
+	rm -f /tmp/kill-reader /tmp/kill-writer
 	(while dd if=/dev/rrbd0 of=/dev/null bs=64k iflag=direct 2> /dev/null; do :; done
 		uptime_ms > /tmp/kill-reader) &
-	reader=$!
+	pids=$!
+	(while dd if=/dev/zero of=/dev/rrbd0 bs=4k count=256 oflag=direct 2> /dev/null; do :; done
+		uptime_ms > /tmp/kill-writer) &
+	pids="$pids $!"
 	mark
 	nc_send $VICTIM 5035 kill || { ulp_ctl stop all; echo "the victim did not take the word"; return 1; }
 	kill_t0=$(uptime_ms)
@@ -331,15 +335,18 @@ survivor_cycle() {
 	while read -r id t; do
 		stress_say "peer kill: run $id ended with an error $t ms after the kill was asked (bound ${KILL_BOUND_S} s)"
 	done < /tmp/kill-ends
-	# The disk's reader: it has failed by now, or does within what is left of the bound.
-	if wait_for $KILL_BOUND_S test -e /tmp/kill-reader; then
-		t=$(( $(cat /tmp/kill-reader) - kill_t0 ))
-		stress_say "peer kill: rrbd0's reader failed $t ms after the kill was asked (bound ${KILL_BOUND_S} s)"
-		[ "$t" -le $((KILL_BOUND_S * 1000)) ] || why="$why; rrbd0's reader failed after the bound"
-	else
-		why="$why; rrbd0's reader did not fail"
-		kill $reader 2> /dev/null
-	fi
+	# The disk's reader and writer: they have failed by now, or do within what is
+	# left of the bound.
+	for io in reader writer; do
+		if wait_for $KILL_BOUND_S test -e /tmp/kill-$io; then
+			t=$(( $(cat /tmp/kill-$io) - kill_t0 ))
+			stress_say "peer kill: rrbd0's $io failed $t ms after the kill was asked (bound ${KILL_BOUND_S} s)"
+			[ "$t" -le $((KILL_BOUND_S * 1000)) ] || why="$why; rrbd0's $io failed after the bound"
+		else
+			why="$why; rrbd0's $io did not fail"
+		fi
+	done
+	kill $pids 2> /dev/null
 	timeout 30 sh -c "echo disconnect dev=rrbd0 > $BLK/ctl" || why="$why; disconnecting rrbd0 failed or hung"
 	for id in $rc $cm; do
 		[ "$(ulp_stat "$id" errors)" -gt 0 ] || why="$why; run $id ended without an error"

@@ -358,6 +358,11 @@ link_add_profile() {
 	sleep 1
 	kill $kpid
 	echo "$level" > /proc/sys/kernel/printk
+	# What the console did not show meanwhile: a splat in it goes there now, so
+	# that the run's log check sees it.
+	sed 's/^[^;]*;//' /tmp/kmsg-profile | grep -E "$SPLATS" | while read -r l; do
+		say "rdmastress: during the link add profile: $l"
+	done
 	stress_say "link add profile: ms$ms, $n samples, $(awk '
 		$1 == "R" { r++ } { n++; u = $2; s = $3 }
 		END { printf "running in %d%% of them", 100 * r / (n ? n : 1) }' /tmp/states)"
