@@ -297,6 +297,16 @@ blk_works_again() {
 	rm -f /tmp/r1m
 	[ "$got" = "$want" ] || { echo "read back $got, wrote $want"; return 1; }
 }
+# blk_hold_open SECONDS: a process holds rrbd0 open for SECONDS in the
+# background, so that its last close comes after the rmmod that follows: the
+# block layer then puts the disk's last reference with the module gone.
+blk_hold_open() {
+	[ -b /dev/rrbd0 ] || return 1
+	sleep "$1" < /dev/rrbd0 > /dev/null 2>&1 &
+	echo $! > /tmp/holder
+}
+# blk_holder_closed: the holder has exited (and closed the device).
+blk_holder_closed() { wait "$(cat /tmp/holder)"; }
 # blk_gone: the disk and the module's files are gone (after rmmod).
 blk_gone() { [ ! -e /dev/rrbd0 ] && [ ! -d $BLK ]; }
 
@@ -331,8 +341,10 @@ blk_suite() {
 	check blk_rxe0_back add_rxe rxe0 veth0
 	check blk_connect_after_link_delete blk_works_again
 	# rmmod under I/O removes the disk and the export.
+	check blk_held_open_across_rmmod blk_hold_open 10
 	check blk_rmmod_under_io blk_io_fails timeout 60 rmmod rdma_rust_blk
 	check blk_rmmod_removed_disk blk_gone
+	check blk_last_close_after_rmmod blk_holder_closed
 	check blk_resources_back back_to_resources /tmp/blk-base
 	suite_end
 }
@@ -434,8 +446,10 @@ mode_blk_peer_a() {
 	# This side's module unloaded under I/O: the disk is removed.
 	check blk_peer_exported_third blk_peer_says 5045 exported
 	check blk_connect_after_peer_link_delete blk_connect queues=2 depth=8
+	check blk_held_open_across_rmmod blk_hold_open 10
 	check blk_rmmod_under_io blk_io_fails timeout 60 rmmod rdma_rust_blk
 	check blk_rmmod_removed_disk blk_gone
+	check blk_last_close_after_rmmod blk_holder_closed
 	nc_send $BLK_PEER_B 5046 rmmod
 	check blk_resources_back back_to_resources /tmp/blk-base
 	check kmemleak_clean kmemleak_clean
