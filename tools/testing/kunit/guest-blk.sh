@@ -252,35 +252,43 @@ blk_queues() {
 	[ $bad = 0 ] && [ $((n0 - q0)) -ge 64 ] && [ $((n1 - q1)) -ge 64 ]
 }
 
-# blk_io_fails FAULT: a reader (128 KiB reads: the target RDMA WRITEs them)
-# and a writer (4 KiB writes: sent from the block requests' pages) run on
-# rrbd0 while FAULT (a command) takes the target away or the initiator down;
-# both were making progress before, both end with an I/O error within 30 s, and
-# the disk, if it is still there, answers errors within 5 s from then on.
+# blk_io_start PREFIX READ_BS: a reader (READ_BS reads: the target RDMA
+# WRITEs them) and a writer (4 KiB writes: sent from the block requests' pages)
+# loop on rrbd0 in the background until their I/O fails; each then writes the
+# time (uptime_ms) to PREFIX-reader or PREFIX-writer. Their PIDs: $blk_io_pids.
+blk_io_start() {
+	rm -f "$1-reader" "$1-writer"
+	(while dd if=/dev/rrbd0 of=/dev/null bs="$2" iflag=direct 2> /dev/null; do :; done
+		uptime_ms > "$1-reader") &
+	blk_io_pids=$!
+	(while dd if=/dev/zero of=/dev/rrbd0 bs=4k count=256 oflag=direct 2> /dev/null; do :; done
+		uptime_ms > "$1-writer") &
+	blk_io_pids="$blk_io_pids $!"
+}
+# blk_io_ended PREFIX: both loops of blk_io_start PREFIX have ended.
+blk_io_ended() { [ -e "$1-reader" ] && [ -e "$1-writer" ]; }
+
+# blk_io_fails FAULT: a reader of 128 KiB and a writer of 4 KiB blocks
+# (blk_io_start) run on rrbd0 while FAULT (a command) takes the target away or
+# the initiator down; both were making progress before, both end with an I/O
+# error within 30 s, and the disk, if it is still there, answers errors within
+# 5 s from then on.
 blk_io_fails() {
-	local rpid wpid t0 i c0 l0 c1 l1
-	rm -f /tmp/reader /tmp/writer
+	local t0 c0 l0 c1 l1
 	c0=$(blk_disk_field completed) l0=$(blk_disk_field inline_writes_lent)
-	(while dd if=/dev/rrbd0 of=/dev/null bs=128k iflag=direct 2> /dev/null; do :; done; echo done > /tmp/reader) &
-	rpid=$!
-	(while dd if=/dev/zero of=/dev/rrbd0 bs=4k count=256 oflag=direct 2> /dev/null; do :; done; echo done > /tmp/writer) &
-	wpid=$!
+	blk_io_start /tmp/io 128k
 	sleep 2
 	c1=$(blk_disk_field completed) l1=$(blk_disk_field inline_writes_lent)
-	if [ -e /tmp/reader ] || [ -e /tmp/writer ] || [ -z "$c1" ] || [ $((c1 - c0)) -le 0 ] ||
+	if [ -e /tmp/io-reader ] || [ -e /tmp/io-writer ] || [ -z "$c1" ] || [ $((c1 - c0)) -le 0 ] ||
 		[ -z "$l1" ] || [ $((l1 - l0)) -le 0 ]; then
-		kill $rpid $wpid
+		kill $blk_io_pids
 		echo "no I/O before the fault: completed $c0 -> $c1, lent writes $l0 -> $l1"
 		return 1
 	fi
 	t0=$(uptime_ms)
-	"$@" || { kill $rpid $wpid; echo "'$*' failed"; return 1; }
-	for i in $(seq 1 150); do
-		[ -e /tmp/reader ] && [ -e /tmp/writer ] && break
-		sleep 0.2
-	done
-	[ -e /tmp/reader ] && [ -e /tmp/writer ] ||
-		{ kill $rpid $wpid; echo "I/O did not fail within 30 s (reader: $(cat /tmp/reader 2> /dev/null), writer: $(cat /tmp/writer 2> /dev/null))"; return 1; }
+	"$@" || { kill $blk_io_pids; echo "'$*' failed"; return 1; }
+	wait_for 30 blk_io_ended /tmp/io ||
+		{ kill $blk_io_pids; echo "I/O did not fail within 30 s (reader: $(cat /tmp/io-reader 2> /dev/null), writer: $(cat /tmp/io-writer 2> /dev/null))"; return 1; }
 	echo "the reader and the writer failed within $(( $(uptime_ms) - t0 )) ms of '$*'"
 	kmsg "rdmatest: rrbd0 I/O failed $(( $(uptime_ms) - t0 )) ms after '$*'"
 	[ ! -e /dev/rrbd0 ] || ! timeout 5 dd if=/dev/rrbd0 of=/dev/null bs=4k count=1 iflag=direct 2> /dev/null

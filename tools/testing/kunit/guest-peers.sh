@@ -303,7 +303,7 @@ kill_watch() {
 # survivor_cycle: one victim, started, used and killed; the survivor's runs end
 # with RetryExcErr within the bound, everything is freed, nothing hangs.
 survivor_cycle() {
-	local srv rc cm eb ends t io pids why=
+	local srv rc cm eb ends t io why=
 	[ -d $BLK ] || insmod $BLK_KO || return 1
 	baseline kill
 	wait_for 180 ping -c 1 -W 1 $VICTIM || { echo "the victim did not come up"; return 1; }
@@ -320,13 +320,7 @@ survivor_cycle() {
 	cm=$(ulp_last_id)
 	wait_for 60 all_moving "$rc" "$cm" "$srv" || { cat $ULP/stats; ulp_ctl stop all; echo "not all runs move data"; return 1; }
 	blk_ctl connect addr=$VICTIM port=7402 name=vkill || { ulp_ctl stop all; echo "no disk from the victim"; return 1; }
-	rm -f /tmp/kill-reader /tmp/kill-writer
-	(while dd if=/dev/rrbd0 of=/dev/null bs=64k iflag=direct 2> /dev/null; do :; done
-		uptime_ms > /tmp/kill-reader) &
-	pids=$!
-	(while dd if=/dev/zero of=/dev/rrbd0 bs=4k count=256 oflag=direct 2> /dev/null; do :; done
-		uptime_ms > /tmp/kill-writer) &
-	pids="$pids $!"
+	blk_io_start /tmp/kill 64k
 	mark
 	nc_send $VICTIM 5035 kill || { ulp_ctl stop all; echo "the victim did not take the word"; return 1; }
 	kill_t0=$(uptime_ms)
@@ -346,7 +340,7 @@ survivor_cycle() {
 			why="$why; rrbd0's $io did not fail"
 		fi
 	done
-	kill $pids 2> /dev/null
+	kill $blk_io_pids 2> /dev/null
 	timeout 30 sh -c "echo disconnect dev=rrbd0 > $BLK/ctl" || why="$why; disconnecting rrbd0 failed or hung"
 	for id in $rc $cm; do
 		[ "$(ulp_stat "$id" errors)" -gt 0 ] || why="$why; run $id ended without an error"
