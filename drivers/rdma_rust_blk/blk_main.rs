@@ -7,8 +7,10 @@
 //!
 //! - `export name=NAME size=BYTES addr=IP port=N`: a target exports a new RAM volume;
 //! - `unexport name=NAME`: ends its connections and frees it;
-//! - `connect addr=IP port=N name=NAME [queues=N] [depth=N]`: an initiator connects to the
-//!   volume and serves it as the disk `rrbdN` (its index is the lowest free one);
+//! - `connect addr=IP port=N name=NAME [queues=N] [depth=N] [zerocopy=0|1]`: an initiator
+//!   connects to the volume and serves it as the disk `rrbdN` (its index is the lowest free
+//!   one); `zerocopy=1` registers the block requests' own pages for I/Os above the inline
+//!   size instead of moving their data through bounce buffers;
 //! - `disconnect dev=rrbdN`: removes the disk and ends its connections;
 //! - `probe addr=IP port=N name=NAME op=N sector=N len=N [tag=N] [inline=N]`: sends one raw
 //!   command to a target and logs what it did (see [`probe`]), for testing targets.
@@ -288,7 +290,7 @@ fn parse(input: &[u8]) -> Result<Cmd> {
     let keys: &[&[u8]] = match verb {
         b"export" => &[b"name", b"size", b"addr", b"port"],
         b"unexport" => &[b"name"],
-        b"connect" => &[b"addr", b"port", b"name", b"queues", b"depth"],
+        b"connect" => &[b"addr", b"port", b"name", b"queues", b"depth", b"zerocopy"],
         b"disconnect" => &[b"dev"],
         b"probe" => &[
             b"addr", b"port", b"name", b"op", b"sector", b"len", b"tag", b"inline",
@@ -386,11 +388,13 @@ fn parse(input: &[u8]) -> Result<Cmd> {
             } else {
                 32
             };
+            let zerocopy = vals[5].is_some() && number(5, 0, 1)? == 1;
             Cmd::Connect(ConnectSpec {
                 addr: addr(0, port)?,
                 name: name(2)?,
                 queues: queues as u16,
                 depth: depth as u16,
+                zerocopy,
             })
         }
         b"probe" => {
@@ -408,6 +412,7 @@ fn parse(input: &[u8]) -> Result<Cmd> {
                     name: name(2)?,
                     queues: 1,
                     depth: 1,
+                    zerocopy: false,
                 },
                 op: number(3, 0, 255)? as u8,
                 sector: number(4, 0, u64::MAX)?,
@@ -544,15 +549,18 @@ fn status(s: &State, t: &mut Text) -> core::fmt::Result {
     for d in s.disks.lock().iter().flatten() {
         let c = &d.conn;
         let (mut completed, mut errors, mut lent, mut copied) = (0, 0, 0, 0);
+        let (mut registered, mut bounced) = (0, 0);
         for q in c.queues.iter() {
             completed += q.stats.completed.load(Relaxed);
             errors += q.stats.errors.load(Relaxed);
             lent += q.stats.writes_lent.load(Relaxed);
             copied += q.stats.writes_copied.load(Relaxed);
+            registered += q.stats.registered.load(Relaxed);
+            bounced += q.stats.bounced.load(Relaxed);
         }
         writeln!(
             t,
-            "  rrbd{} name={} target={} dev={} queues={} capacity={} block={} state={} in_flight={} completed={} errors={} timeouts={} inline_writes_lent={} inline_writes_copied={}",
+            "  rrbd{} name={} target={} dev={} queues={} capacity={} block={} state={} in_flight={} completed={} errors={} timeouts={} inline_writes_lent={} inline_writes_copied={} registered_io={} bounced_io={}",
             d.index,
             c.name,
             c.addr,
@@ -566,7 +574,9 @@ fn status(s: &State, t: &mut Text) -> core::fmt::Result {
             errors,
             c.timeouts.load(Relaxed),
             lent,
-            copied
+            copied,
+            registered,
+            bounced
         )?;
         write!(t, "    per_queue_completed=")?;
         for (i, q) in c.queues.iter().enumerate() {

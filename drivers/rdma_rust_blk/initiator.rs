@@ -42,6 +42,9 @@ pub(crate) struct ConnectSpec {
     pub(crate) name: Name,
     pub(crate) queues: u16,
     pub(crate) depth: u16,
+    /// I/Os above the inline size name the block request's own pages (`zerocopy=1`), not
+    /// the bounce buffer.
+    pub(crate) zerocopy: bool,
 }
 
 /// The blk-mq operations of every rrbd disk.
@@ -108,23 +111,33 @@ impl Operations for Blk {
         let Some(q) = conn.queues.get(rq.hw_queue() as usize) else {
             return TimeoutAction::ResetTimer;
         };
-        // A keep-alive asks the target whether it lives: if not, it fails the queue (and this
-        // request) within the QP's retries.
-        if q.tick(rq.tag() as usize) {
-            return TimeoutAction::ResetTimer;
+        let tag = rq.tag() as usize;
+        if !q.is_dead() {
+            // A keep-alive asks the target whether it lives: if not, it fails the queue (and
+            // this request) within the QP's retries, or `tick` does once it stays unanswered.
+            if !q.tick(tag) {
+                conn.timeouts.fetch_add(1, Ordering::Relaxed);
+                pr_err!(
+                    "queue {}: a request of {} bytes at sector {} timed out after {} ms\n",
+                    q.index(),
+                    rq.bytes(),
+                    rq.sector(),
+                    IO_TIMEOUT_MS
+                );
+            } else if !q.is_dead() {
+                return TimeoutAction::ResetTimer;
+            }
         }
-        conn.timeouts.fetch_add(1, Ordering::Relaxed);
-        pr_err!(
-            "queue {}: a request of {} bytes at sector {} timed out after {} ms\n",
-            q.index(),
-            rq.bytes(),
-            rq.sector(),
-            IO_TIMEOUT_MS
-        );
-        // The target does not answer: the queue fails, which ends this request (if it is
-        // still ours: an answer may have ended it meanwhile) and every other one.
+        // The target does not answer, or the queue failed before: failing it (again) ends this
+        // request if it is still ours (an answer may have ended it meanwhile) and every other
+        // one, once nothing reaches their pages (a registered request's MR goes first, see
+        // `IoQueue::end_failed`); the timer comes back for those that wait.
         q.fail(format_args!("a request timed out"), true);
-        TimeoutAction::Done
+        if q.ending(tag) {
+            TimeoutAction::ResetTimer
+        } else {
+            TimeoutAction::Done
+        }
     }
 }
 
@@ -291,7 +304,7 @@ pub(crate) fn connect_queue(spec: &ConnectSpec, index: u16) -> Result<(Arc<IoQue
         GFP_KERNEL,
     )?;
     // From here `close` frees what the queue holds, on every path.
-    if let Err(e) = q.fill(id, &pd, spec.depth) {
+    if let Err(e) = q.fill(id, &pd, spec.depth, spec.zerocopy) {
         q.close();
         return Err(e);
     }

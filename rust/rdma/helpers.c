@@ -213,12 +213,13 @@ void rust_helper_ib_dma_unmap_sg(struct ib_device *dev, struct scatterlist *sg,
 	ib_dma_unmap_sg(dev, sg, nents, dir);
 }
 
-/* Puts the first @len bytes of @page in entry @sg and returns the next entry (NULL after the last). */
+/* Puts @len bytes at @offset of @page in entry @sg and returns the next entry (NULL after the last). */
 struct scatterlist *rust_helper_rdma_sg_set_page(struct scatterlist *sg,
 						 struct page *page,
-						 unsigned int len)
+						 unsigned int len,
+						 unsigned int offset)
 {
-	sg_set_page(sg, page, len, 0);
+	sg_set_page(sg, page, len, offset);
 	return sg_next(sg);
 }
 

@@ -17,11 +17,17 @@
 //! may write a registered MR's memory at any time, so the CPU reaches it only by copying, with
 //! volatile accesses ([`Mr::read`], [`Mr::write`]), never through a slice.
 //!
+//! A [`LentMr`] maps pages another object owns instead (a block request's, a [`PageOwner`]),
+//! for one registration at a time: the owner is held until that registration is revoked, and
+//! given back only then, so a storage initiator hands a request's own pages to the target and
+//! ends the request after the target's SEND with invalidate.
+//!
 //! Deregistration sleeps; an MR dropped where sleeping is not allowed (in a completion handler)
 //! is deregistered from process context, before its memory is freed ([`defer`](super::defer)).
 //!
 //! [`SendOps::reg_mr`]: super::wr::SendOps::reg_mr
 //! [`SendOps::local_inv`]: super::wr::SendOps::local_inv
+//! [`PageOwner`]: super::dma::PageOwner
 
 use super::{
     cq::{Invalidation, Wc},
@@ -39,6 +45,9 @@ use crate::{
     types::Opaque,
 };
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+mod lent;
+pub use lent::LentMr;
 
 /// Remote access rights of an RC QP or a memory region (`enum ib_access_flags`).
 ///
@@ -69,6 +78,16 @@ impl Access {
     /// The raw flag bits.
     pub fn bits(self) -> u32 {
         self.0
+    }
+
+    /// Whether every flag of `other` is set in `self`.
+    pub fn contains(self, other: Access) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The remote flags of `self` (without [`Access::LOCAL_WRITE`]).
+    pub fn remote(self) -> Access {
+        Access(self.0 & !Self::LOCAL_WRITE.0)
     }
 
     /// The flags of `bits` that this type names; the others are dropped.
@@ -179,19 +198,22 @@ pub struct Mr {
     raw: Deferred<RawMr>,
 }
 
-/// The C object of an [`Mr`] and the memory it maps; dropping it deregisters the MR, then
-/// frees the memory.
+/// The C object of an MR (`ib_alloc_mr` of type `IB_MR_TYPE_MEM_REG`), its keys and whether
+/// a registration of it is live; dropping it deregisters it (`ib_dereg_mr`).
+///
+/// What [`SendOps::reg_mr`] and [`SendOps::local_inv`] act on: the MR types of this module
+/// (an [`Mr`], which owns its memory, and a [`LentMr`], which maps another object's pages)
+/// each hold one ([`Region`]), before their memory, which goes only after it.
+///
+/// [`SendOps::reg_mr`]: super::wr::SendOps::reg_mr
+/// [`SendOps::local_inv`]: super::wr::SendOps::local_inv
 ///
 /// # Invariants
 ///
-/// `ptr` is an MR allocated on `pd` for up to `max_pages` pages, valid until dropped; when
-/// `mem` is a [`Mem::Buf`], the MR maps it through `sg` (the one-entry scatterlist describing
-/// it), when it is a [`Mem::Sg`], through that scatterlist.
-struct RawMr {
+/// `ptr` is an MR allocated on `pd` for up to `max_pages` pages, valid until deregistered
+/// (then null; only the owner's `Drop` deregisters, and uses nothing else after).
+pub struct Keys {
     ptr: *mut bindings::ib_mr,
-    sg: KBox<Opaque<bindings::scatterlist>>,
-    // Dropped after `ptr` is deregistered in `drop`, so the peer never reaches freed memory.
-    mem: Option<Mem>,
     max_pages: u32,
     pd: Arc<Pd>,
     /// A registration was posted and, as far as the owner knows, not invalidated since.
@@ -202,6 +224,173 @@ struct RawMr {
 }
 
 // SAFETY: An MR may be used and deregistered from any thread.
+unsafe impl Send for Keys {}
+// SAFETY: `&Keys` reads fields fixed while it is shared, and atomics.
+unsafe impl Sync for Keys {}
+
+impl Drop for Keys {
+    fn drop(&mut self) {
+        let _ = self.dereg();
+    }
+}
+
+impl Keys {
+    /// Deregisters the MR (`ib_dereg_mr`), once: later calls do nothing. May sleep. An error
+    /// (the driver refused) means a peer may still reach the memory, which the owner must
+    /// then never free.
+    pub(crate) fn dereg(&mut self) -> Result {
+        if self.ptr.is_null() {
+            return Ok(());
+        }
+        might_sleep();
+        // SAFETY: `ptr` is valid (invariant) and deregistered once: it is cleared below.
+        // Deregistration revokes every key, after which the memory is unreachable for peers.
+        let ret = unsafe { bindings::ib_dereg_mr_user(self.ptr, core::ptr::null_mut()) };
+        self.ptr = core::ptr::null_mut();
+        if ret != 0 {
+            crate::pr_err!("kernel::rdma: ib_dereg_mr failed ({ret}): its memory is never freed\n");
+            return Err(Error::from_errno(ret));
+        }
+        Ok(())
+    }
+
+    /// Allocates an MR for up to `max_pages` pages. May sleep. `EINVAL` for zero pages or more
+    /// than the device's `max_fast_reg_page_list_len`.
+    pub(crate) fn alloc(pd: &Arc<Pd>, max_pages: u32) -> Result<Self> {
+        sleepable()?;
+        if max_pages == 0 || max_pages > pd.device().attrs().max_fast_reg_page_list_len() {
+            return Err(EINVAL);
+        }
+        // SAFETY: `pd` is valid; MEM_REG MRs are the fast-registration kind.
+        let ptr = from_err_ptr(unsafe {
+            bindings::ib_alloc_mr(
+                pd.as_raw(),
+                bindings::ib_mr_type_IB_MR_TYPE_MEM_REG,
+                max_pages,
+            )
+        })?;
+        // INVARIANT: Just allocated.
+        Ok(Self {
+            ptr,
+            max_pages,
+            pd: pd.clone(),
+            registered: AtomicBool::new(false),
+            reg_stamp: AtomicU64::new(0),
+        })
+    }
+
+    pub(crate) fn as_raw(&self) -> *mut bindings::ib_mr {
+        self.ptr
+    }
+
+    pub(crate) fn max_pages(&self) -> u32 {
+        self.max_pages
+    }
+
+    /// The PD of the MR.
+    pub fn pd(&self) -> &Arc<Pd> {
+        &self.pd
+    }
+
+    /// The rkey the peer uses.
+    pub fn rkey(&self) -> u32 {
+        // SAFETY: `ptr` is valid (invariant).
+        unsafe { (*self.ptr).rkey }
+    }
+
+    /// The lkey local requests may use.
+    pub fn lkey(&self) -> u32 {
+        // SAFETY: `ptr` is valid (invariant).
+        unsafe { (*self.ptr).lkey }
+    }
+
+    /// The I/O virtual address the MR maps its memory at.
+    pub fn iova(&self) -> u64 {
+        // SAFETY: `ptr` is valid (invariant).
+        unsafe { (*self.ptr).iova }
+    }
+
+    /// Whether a registration was posted and not invalidated since.
+    pub fn is_registered(&self) -> bool {
+        self.registered.load(Ordering::Acquire)
+    }
+
+    /// See [`Mr::invalidated_by`].
+    pub(crate) fn invalidated_by(&self, wc: &Wc) -> bool {
+        wc.invalidation()
+            .is_some_and(|i| self.apply_invalidation(i))
+    }
+
+    /// See [`Mr::apply_invalidation`].
+    pub(crate) fn apply_invalidation(&self, inv: Invalidation) -> bool {
+        let stamp = self.reg_stamp.load(Ordering::Acquire);
+        if !inv.revokes(self.rkey(), self.pd.device().as_raw(), stamp) {
+            return false;
+        }
+        self.registered.store(false, Ordering::Release);
+        true
+    }
+
+    /// The registration state, which a posted registration or invalidation updates.
+    pub(crate) fn registered(&self) -> &AtomicBool {
+        &self.registered
+    }
+
+    /// Stamps a registration about to be posted (before the post: an invalidation of it can
+    /// only be seen after).
+    pub(crate) fn stamp_registration(&self) {
+        self.reg_stamp
+            .store(super::cq::wc::next_registration(), Ordering::Release);
+    }
+
+    /// See [`Mr::bump_key`].
+    pub(crate) fn bump_key(&mut self) {
+        let ptr = self.ptr;
+        // SAFETY: `ptr` is valid (invariant); we have exclusive access, and nothing posted
+        // refers to the MR (a `reg_mr` borrows it from its owner).
+        unsafe {
+            let key = (((*ptr).rkey & 0xff) + 1) & 0xff;
+            (*ptr).lkey = ((*ptr).lkey & 0xffff_ff00) | key;
+            (*ptr).rkey = ((*ptr).rkey & 0xffff_ff00) | key;
+        }
+    }
+}
+
+/// A memory region that [`SendOps::reg_mr`] registers and [`SendOps::local_inv`] invalidates:
+/// [`Mr`] and [`LentMr`].
+///
+/// [`SendOps::reg_mr`]: super::wr::SendOps::reg_mr
+/// [`SendOps::local_inv`]: super::wr::SendOps::local_inv
+pub trait Region: private::Sealed {
+    /// The MR's C object and registration state.
+    fn keys(&self) -> &Keys;
+
+    /// Whether the MR maps memory, so that it can be registered.
+    fn is_mapped(&self) -> bool;
+
+    /// Whether the memory may be registered for `access`: remote writes only into memory
+    /// whose owner lets the device write it.
+    fn allows(&self, access: Access) -> bool;
+}
+
+mod private {
+    pub trait Sealed {}
+}
+
+/// The C object of an [`Mr`] and the memory it maps; dropping it deregisters the MR, then
+/// frees the memory.
+///
+/// # Invariants
+///
+/// When `mem` is a [`Mem::Buf`], the MR maps it through `sg` (the one-entry scatterlist
+/// describing it), when it is a [`Mem::Sg`], through that scatterlist.
+struct RawMr {
+    keys: Keys,
+    sg: KBox<Opaque<bindings::scatterlist>>,
+    mem: Option<Mem>,
+}
+
+// SAFETY: `keys` is `Send`; the scatterlist entry and the memory are owned.
 unsafe impl Send for RawMr {}
 // SAFETY: `&RawMr` exposes only reads of fields fixed while it is shared, and copies of the
 // memory made with volatile accesses.
@@ -211,10 +400,12 @@ impl Teardown for RawMr {}
 
 impl Drop for RawMr {
     fn drop(&mut self) {
-        might_sleep();
-        // SAFETY: `ptr` is valid (invariant); deregistration revokes every key, after which the
-        // memory (dropped next) is unreachable for peers.
-        unsafe { bindings::ib_dereg_mr_user(self.ptr, core::ptr::null_mut()) };
+        if self.keys.dereg().is_err() {
+            // A peer may still reach the memory: it is never freed.
+            if let Some(mem) = self.mem.take() {
+                core::mem::forget(mem);
+            }
+        }
     }
 }
 
@@ -223,39 +414,19 @@ impl Mr {
     ///
     /// `EINVAL` for zero pages or more than the device's `max_fast_reg_page_list_len`.
     pub fn new(pd: &Arc<Pd>, max_pages: u32) -> Result<Self> {
-        sleepable()?;
-        if max_pages == 0 || max_pages > pd.device().attrs().max_fast_reg_page_list_len() {
-            return Err(EINVAL);
-        }
         let sg = KBox::new(Opaque::uninit(), GFP_KERNEL)?;
-        // SAFETY: `pd` is valid; MEM_REG MRs are the fast-registration kind.
-        let ptr = from_err_ptr(unsafe {
-            bindings::ib_alloc_mr(
-                pd.as_raw(),
-                bindings::ib_mr_type_IB_MR_TYPE_MEM_REG,
-                max_pages,
-            )
-        })?;
-        // INVARIANT: Just allocated, maps nothing yet.
+        // INVARIANT: Maps nothing yet.
         let raw = Deferred::new(RawMr {
-            ptr,
+            keys: Keys::alloc(pd, max_pages)?,
             sg,
             mem: None,
-            max_pages,
-            pd: pd.clone(),
-            registered: AtomicBool::new(false),
-            reg_stamp: AtomicU64::new(0),
         })?;
         Ok(Self { raw })
     }
 
-    pub(crate) fn as_raw(&self) -> *mut bindings::ib_mr {
-        self.raw.ptr
-    }
-
     /// The PD of the MR.
     pub fn pd(&self) -> &Arc<Pd> {
-        &self.raw.pd
+        self.raw.keys.pd()
     }
 
     /// Makes the MR describe `buf` (`ib_map_mr_sg`); it takes effect for the peer when a
@@ -273,7 +444,7 @@ impl Mr {
         }
         let first = buf.dma_addr() as usize % PAGE_SIZE;
         let pages = (first + buf.len()).div_ceil(PAGE_SIZE);
-        if pages > raw.max_pages as usize || !Arc::ptr_eq(buf.pd(), &raw.pd) {
+        if pages > raw.keys.max_pages() as usize || !Arc::ptr_eq(buf.pd(), raw.keys.pd()) {
             return Err((EINVAL, buf));
         }
         let len = match u32::try_from(buf.len()) {
@@ -286,7 +457,9 @@ impl Mr {
         unsafe { bindings::rdma_sg_set_mapped(sg, buf.cpu_addr(), len, buf.dma_addr()) };
         let mut offset = 0u32;
         // SAFETY: `ptr` is a valid MR and `sg` a one-entry list describing a mapped buffer.
-        let n = unsafe { bindings::ib_map_mr_sg(raw.ptr, sg, 1, &mut offset, PAGE_SIZE as u32) };
+        let n = unsafe {
+            bindings::ib_map_mr_sg(raw.keys.as_raw(), sg, 1, &mut offset, PAGE_SIZE as u32)
+        };
         if n != 1 {
             return Err((if n < 0 { Error::from_errno(n) } else { EINVAL }, buf));
         }
@@ -304,7 +477,7 @@ impl Mr {
         if raw.mem.is_some() {
             return Err((EBUSY, sg));
         }
-        if sg.pages() > raw.max_pages as usize || !Arc::ptr_eq(sg.pd(), &raw.pd) {
+        if sg.pages() > raw.keys.max_pages() as usize || !Arc::ptr_eq(sg.pd(), raw.keys.pd()) {
             return Err((EINVAL, sg));
         }
         let (list, nents) = sg.mapped();
@@ -312,7 +485,7 @@ impl Mr {
         // which lives as long as `sg`, which the MR keeps.
         let n = unsafe {
             bindings::ib_map_mr_sg(
-                raw.ptr,
+                raw.keys.as_raw(),
                 list,
                 nents as i32,
                 core::ptr::null_mut(),
@@ -373,7 +546,9 @@ impl Mr {
 
     /// Lends the mapped buffer ([`Mr::map`]) to `f` as a slice, while no registration of it
     /// is live: never registered, or invalidated since (by the peer, [`Mr::invalidated_by`], or
-    /// by a completed LOCAL_INV). Only then can no peer reach the memory, so it may be read and
+    /// by a LOCAL_INV that completed: one whose completion is flushed did not run, though the
+    /// MR counts as invalidated from the post on, so its owner then drops the MR rather than
+    /// use the buffer). Only then can no peer reach the memory, so it may be read and
     /// written like any other: a storage initiator copies a write's data in before it
     /// registers the MR, and a read's data out after the target revoked the rkey. Synced for
     /// the CPU before `f` and for the device after.
@@ -396,22 +571,19 @@ impl Mr {
 
     /// The rkey the peer uses.
     pub fn rkey(&self) -> u32 {
-        // SAFETY: `ptr` is valid (invariant).
-        unsafe { (*self.raw.ptr).rkey }
+        self.raw.keys.rkey()
     }
 
     /// The I/O virtual address the MR maps its memory at: with [`Mr::rkey`], what a command
     /// posted in the same request as the MR's registration names (before the registration is
     /// posted, [`Mr::remote`] refuses to hand them out).
     pub fn iova(&self) -> u64 {
-        // SAFETY: `ptr` is valid (invariant).
-        unsafe { (*self.raw.ptr).iova }
+        self.raw.keys.iova()
     }
 
     /// The lkey local requests may use.
     pub fn lkey(&self) -> u32 {
-        // SAFETY: `ptr` is valid (invariant).
-        unsafe { (*self.raw.ptr).lkey }
+        self.raw.keys.lkey()
     }
 
     /// What the peer needs: the region's I/O virtual address and rkey. `EINVAL` unless a
@@ -432,7 +604,7 @@ impl Mr {
     /// Whether a registration of the MR was posted and not invalidated since (locally, or by
     /// the peer as recorded with [`Mr::invalidated_by`]).
     pub fn is_registered(&self) -> bool {
-        self.raw.registered.load(Ordering::Acquire)
+        self.raw.keys.is_registered()
     }
 
     /// Records a peer's remote invalidation: if `wc` (a receive completion) reports that the
@@ -440,45 +612,36 @@ impl Mr {
     /// and this returns true. The peer can then no longer reach the memory, and the MR may be
     /// registered again ([`Mr::bump_key`] first, so the old rkey stays dead).
     pub fn invalidated_by(&self, wc: &Wc) -> bool {
-        wc.invalidation()
-            .is_some_and(|i| self.apply_invalidation(i))
+        self.raw.keys.invalidated_by(wc)
     }
 
     /// Records a remote invalidation kept from a receive completion ([`Wc::invalidation`]), as
     /// [`Mr::invalidated_by`] does; false (and nothing changes) if it revoked another rkey, on
     /// another device, or was seen before the MR's latest registration was posted.
     pub fn apply_invalidation(&self, inv: Invalidation) -> bool {
-        let stamp = self.raw.reg_stamp.load(Ordering::Acquire);
-        if !inv.revokes(self.rkey(), self.pd().device().as_raw(), stamp) {
-            return false;
-        }
-        self.raw.registered.store(false, Ordering::Release);
-        true
-    }
-
-    /// The registration state, which a posted registration or invalidation updates.
-    pub(crate) fn registered(&self) -> &AtomicBool {
-        &self.raw.registered
-    }
-
-    /// Stamps a registration about to be posted (before the post: an invalidation of it can
-    /// only be seen after).
-    pub(crate) fn stamp_registration(&self) {
-        self.raw
-            .reg_stamp
-            .store(super::cq::wc::next_registration(), Ordering::Release);
+        self.raw.keys.apply_invalidation(inv)
     }
 
     /// Moves to the next key (`ib_update_fast_reg_key(mr, ib_inc_rkey(rkey))`), so that a new
     /// registration does not revive an rkey a peer may still hold.
     pub fn bump_key(&mut self) {
-        let ptr = self.raw.ptr;
-        // SAFETY: `ptr` is valid (invariant); we have exclusive access, and nothing posted
-        // refers to the MR (a `reg_mr` borrows it from its owner).
-        unsafe {
-            let key = (((*ptr).rkey & 0xff) + 1) & 0xff;
-            (*ptr).lkey = ((*ptr).lkey & 0xffff_ff00) | key;
-            (*ptr).rkey = ((*ptr).rkey & 0xffff_ff00) | key;
-        }
+        self.raw.get_mut().keys.bump_key();
+    }
+}
+
+impl private::Sealed for Mr {}
+
+impl Region for Mr {
+    fn keys(&self) -> &Keys {
+        &self.raw.keys
+    }
+
+    fn is_mapped(&self) -> bool {
+        Mr::is_mapped(self)
+    }
+
+    /// Always: the MR owns its memory.
+    fn allows(&self, _access: Access) -> bool {
+        true
     }
 }

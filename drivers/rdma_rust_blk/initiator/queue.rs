@@ -5,13 +5,21 @@
 //!
 //! Each hardware queue of the disk is one RC connection ([`IoQueue`]). Each tag of a queue has
 //! an [`Io`] request of its own, posted again for every block request it carries: a command
-//! buffer and an MR that maps a bounce buffer of [`MAX_IO`] bytes. The pages of a block request
-//! larger than the inline size are never given to the adapter: a write's data is copied into the bounce buffer before the MR is
-//! registered (REG_MR, chained with the command's SEND), and a read's data is copied out only
-//! after the target's answer revoked the rkey (SEND with invalidate): from then on no peer can
-//! reach the buffer, which [`Mr::with_buf`] checks. So a block request can be ended at any
-//! time (an error, a timeout, a dead target) without waiting for the adapter, and the bounce
-//! buffer, which the queue owns, outlives every access the target could still make.
+//! buffer, an MR for the block request's own pages ([`LentMr`]) and an MR that maps a bounce
+//! buffer of [`MAX_IO`] bytes.
+//!
+//! The pages of a block request larger than the inline size are registered for the target
+//! (REG_MR, chained with the command's SEND): for its RDMA WRITE of a read's data, or its RDMA
+//! READ of a write's. The MR holds a reference to the block request from then on, and gives it
+//! back only once the target's answer revoked the rkey (SEND with invalidate): the request
+//! cannot end before (ending needs the only reference). If the answer never comes (the
+//! connection failed), the request ends only after the MR is gone (`ib_dereg_mr`): see
+//! [`IoQueue::end_failed`].
+//!
+//! Pages the MR cannot map as one region (gaps between them, or more pages than it maps) go
+//! through the bounce buffer instead: a write's data is copied into it before the MR is
+//! registered, and a read's data is copied out only after the target's answer revoked the
+//! rkey; from then on no peer can reach the buffer, which [`Mr::with_buf`] checks.
 //!
 //! An I/O of at most the target's inline size names no buffer and registers nothing. A write's
 //! data goes in the command's SEND without a copy: the block request's pages are lent to the
@@ -38,13 +46,14 @@ use kernel::rdma::{
     cq::{Invalidation, Wc, WcStatus},
     device::{Name, NAME_MAX},
     dma::{DmaBuf, DmaLent, FromDevice, ToDevice},
-    mr::{Access, Mr},
+    mr::{Access, LentMr, Mr},
     pd::Pd,
     qp::{Qp, Rts},
     sync::{Completion as Signal, SpinLockBh},
     wr::{Completion, Wr},
 };
 use kernel::sync::{Arc, Mutex};
+use kernel::time::Ktime;
 use kernel::types::ARef;
 use kernel::{new_mutex, new_spinlock_bh};
 
@@ -55,6 +64,8 @@ pub(crate) const IO_TIMEOUT_MS: u32 = 15_000;
 /// own: once the target has acknowledged a command, a target that dies before it answers is
 /// silent, and only a request of ours can find out (it fails after the QP's retries, 3.8 s).
 pub(super) const KEEPALIVE_MS: u32 = 3_000;
+/// How long a keep-alive may stay out before its queue fails (see [`IoQueue::tick`]).
+const KEEPALIVE_UNANSWERED_MS: u32 = 2 * KEEPALIVE_MS;
 
 /// One hardware queue: an RC connection to the target.
 #[pin_data]
@@ -81,6 +92,8 @@ pub(crate) struct IoQueue {
     /// The keep-alive request, when it is not posted.
     #[pin]
     keepalive: SpinLockBh<Option<Wr<KeepAlive>>>,
+    /// When the keep-alive out was posted (ms of `ktime_get`; 0: none is out).
+    keepalive_sent: AtomicI64,
 }
 
 /// What a queue counts, for the status file.
@@ -93,6 +106,10 @@ pub(crate) struct QueueStats {
     /// Inline writes sent from the block request's pages, and copied (too many segments).
     pub(crate) writes_lent: AtomicU64,
     pub(crate) writes_copied: AtomicU64,
+    /// I/Os above the inline size whose pages were registered for the target, and copied
+    /// through the bounce buffer (pages the MR cannot map).
+    pub(crate) registered: AtomicU64,
+    pub(crate) bounced: AtomicU64,
 }
 
 /// No probe was sent on the queue.
@@ -107,6 +124,9 @@ struct Slot {
     io: Option<Wr<Io>>,
     /// The block request in flight on the tag.
     rq: Option<ARef<Request<Blk>>>,
+    /// The block request stored in `rq` has not been ended yet (it may be out of the slot a
+    /// moment, with whoever is trying to end it).
+    owed: bool,
     /// The answer, once it arrived: its status, and the invalidation it reported.
     answer: Option<(i32, Option<Invalidation>)>,
     /// Bytes an inline read's answer brings (0: none).
@@ -115,17 +135,43 @@ struct Slot {
     ticks: u32,
 }
 
-/// A tag's request: the command's buffer and the MR of the bounce buffer.
+/// A tag's request: the command's buffer, the MR of the block request's pages and the MR of
+/// the bounce buffer.
 struct Io {
     q: Arc<IoQueue>,
     tag: u16,
     cmd: DmaBuf<ToDevice>,
+    /// The MR for a block request's pages; `None` once a failed queue dropped it to end the
+    /// block request it held.
+    pages: Option<LentMr<ARef<Request<Blk>>>>,
     mr: Mr,
     /// An inline write's pages, lent to the device while its SEND is posted.
     lent: Option<DmaLent<ARef<Request<Blk>>>>,
     /// What the command in flight asked, for the answer.
     op: Opcode,
     len: usize,
+    /// The command names the block request's pages (`pages`), not the bounce buffer.
+    direct: bool,
+}
+
+impl Io {
+    /// Gives back the block request's pages, lent to a command that was not posted (or whose
+    /// answer revoked their rkey): dropping them drops the references to the request.
+    fn unlend(&mut self) {
+        drop(self.lent.take());
+        if let Some(p) = self.pages.as_mut() {
+            drop(p.take_back());
+        }
+    }
+
+    /// Applies `inv` to the MR the command named (the pages' or the bounce buffer's): whether
+    /// it revoked that MR's registration.
+    fn named_mr_invalidated(&self, inv: Invalidation) -> bool {
+        match &self.pages {
+            Some(p) if self.direct => p.apply_invalidation(inv),
+            _ => !self.direct && self.mr.apply_invalidation(inv),
+        }
+    }
 }
 
 /// A zero-length RDMA WRITE to the target: it completes while the target lives.
@@ -159,6 +205,7 @@ impl IoQueue {
             probe: AtomicI64::new(PROBE_IDLE),
             probe_done <- Signal::new(),
             keepalive <- new_spinlock_bh!(None, "rdma_rust_blk_keepalive"),
+            keepalive_sent: AtomicI64::new(0),
         }? Error)
     }
 
@@ -201,10 +248,15 @@ impl IoQueue {
     }
 
     /// Ends the block request of `tag`, if any, with `EIO`, unless its pages are still lent to
-    /// its command's SEND: then the SEND's completion ends it, when it comes back (flushed, if
-    /// the QP failed). Whichever of the two comes second ends it; the SEND's completion unmaps
-    /// the pages before it gives the tag's request back, and calls this after. Any context but
-    /// hard interrupts.
+    /// the device. Any context but hard interrupts.
+    ///
+    /// Pages lent to a command's SEND (an inline write) come back with the SEND's completion
+    /// (flushed, if the QP failed), which unmaps them before it gives the tag's request back,
+    /// and calls this after: whichever of the two comes second ends the block request. Pages
+    /// registered for the target stay reachable until their MR is deregistered, which sleeps:
+    /// once the tag's request is back, its MR goes, here in process context, or from a work
+    /// item after a CQ handler; blk-mq's timer then ends the block request (see
+    /// [`IoQueue::ending`]).
     fn end_failed(&self, tag: usize) {
         let taken = self.slots.lock().get_mut(tag).and_then(|s| {
             s.answer = None;
@@ -213,34 +265,54 @@ impl IoQueue {
         let Some(mut rq) = taken else {
             return;
         };
-        // Twice at most: the pages' reference is gone once the tag's request is back.
+        // Twice at most: once the tag's request is back without its MR, it lends nothing.
         for _ in 0..2 {
             match Request::end(rq, Err(EIO)) {
                 Ok(()) => {
+                    // Only on a failed queue, which reuses no tag: the flag is this request's.
+                    if let Some(s) = self.slots.lock().get_mut(tag) {
+                        s.owed = false;
+                    }
                     self.stats.errors.fetch_add(1, Ordering::Relaxed);
                     return;
                 }
                 Err(back) => rq = back,
             }
             let mut slots = self.slots.lock();
-            match slots.get_mut(tag) {
-                // Still lent: the SEND's completion ends it.
-                Some(s) if s.io.is_none() => {
-                    s.rq = Some(rq);
-                    return;
-                }
-                // The tag's request is back, or the slots are gone (`close`, after the drain):
-                // nothing is lent any more, so the next try ends it.
-                _ => {}
-            }
+            // The slots are gone (`close`, after the drain): nothing is lent any more.
+            let Some(s) = slots.get_mut(tag) else {
+                continue;
+            };
+            // Still posted: the SEND's completion ends it.
+            let Some(wr) = s.io.as_mut() else {
+                s.rq = Some(rq);
+                return;
+            };
+            let Some(mr) = wr.data_mut().pages.take() else {
+                // The MR is going already (from a work item): the next pass ends it.
+                s.rq = Some(rq);
+                return;
+            };
+            drop(slots);
+            // Deregistered here in process context, else from a work item; the request's
+            // reference goes after.
+            drop(mr);
         }
-        pr_err!(
-            "queue {}: tag {tag}: a request cannot be ended\n",
-            self.index
-        );
-        if let Some(s) = self.slots.lock().get_mut(tag) {
-            s.rq = Some(rq);
+        match self.slots.lock().get_mut(tag) {
+            // The MR's deregistration was deferred: the next pass ends it.
+            Some(s) => s.rq = Some(rq),
+            None => pr_err!(
+                "queue {}: tag {tag}: a request cannot be ended\n",
+                self.index
+            ),
         }
+    }
+
+    /// Whether the block request of `tag` is still to be ended on a failed queue (its MR's
+    /// deregistration was deferred, or its SEND is not back): blk-mq's timer comes back for
+    /// it, and each pass ([`IoQueue::fail`]) tries again.
+    pub(super) fn ending(&self, tag: usize) -> bool {
+        self.is_dead() && self.slots.lock().get(tag).is_some_and(|s| s.owed)
     }
 
     /// Disconnects, drains and frees the queue's requests. Process context.
@@ -308,8 +380,31 @@ impl IoQueue {
         io.op = op;
         io.len = len_u;
         let data = matches!(op, Opcode::Read | Opcode::Write);
+        let access = if op == Opcode::Read {
+            Access::REMOTE_WRITE
+        } else {
+            Access::REMOTE_READ
+        };
+        // The block request's own pages, if the MR can map them; the bounce buffer if not.
+        io.direct = data
+            && match io.pages.as_mut().map(|p| p.lend(rq.clone(), access)) {
+                Some(Ok(())) => true,
+                Some(Err((_, owner))) => {
+                    drop(owner);
+                    false
+                }
+                None => false,
+            };
+        if data {
+            let n = if io.direct {
+                &self.stats.registered
+            } else {
+                &self.stats.bounced
+            };
+            n.fetch_add(1, Ordering::Relaxed);
+        }
         let mut failed = None;
-        if op == Opcode::Write {
+        if op == Opcode::Write && !io.direct {
             // The MR is not registered (its last rkey was revoked): the buffer is ours.
             match io.mr.with_buf(|b| match b.get_mut(..len_u) {
                 Some(b) => rq.copy_to_slice(b),
@@ -342,18 +437,27 @@ impl IoQueue {
         } else {
             CMD_LEN
         };
-        if data {
-            io.mr.bump_key();
-        }
+        let rkey = match (data, io.pages.as_mut()) {
+            (true, Some(p)) if io.direct => {
+                p.bump_key();
+                p.rkey()
+            }
+            (true, _) => {
+                io.mr.bump_key();
+                io.mr.rkey()
+            }
+            (false, _) => 0,
+        };
         let cmd = Command {
             op,
             tag: tag as u16,
             len,
             sector: rq.sector(),
             addr: 0,
-            rkey: if data { io.mr.rkey() } else { 0 },
+            rkey,
         };
         if let Some(e) = failed {
+            io.unlend();
             self.slots.lock()[tag].io = Some(wr);
             let _ = Request::end(rq, Err(e));
             return Ok(());
@@ -363,8 +467,8 @@ impl IoQueue {
             // Checked again under the lock: `fail` marks the queue dead before it sweeps the
             // slots, so a request stored here is either swept or sees the mark.
             if self.dead.load(Ordering::Acquire) {
-                // The pages' reference goes before the block request ends.
-                drop(wr.data_mut().lent.take());
+                // The pages' references go before the block request ends.
+                wr.data_mut().unlend();
                 s[tag].io = Some(wr);
                 drop(s);
                 self.stats.errors.fetch_add(1, Ordering::Relaxed);
@@ -372,20 +476,23 @@ impl IoQueue {
                 return Ok(());
             }
             s[tag].rq = Some(rq);
+            s[tag].owed = true;
             s[tag].answer = None;
             s[tag].inline_read = if op == Opcode::ReadInline { len_u } else { 0 };
             s[tag].ticks = 0;
         }
-        let access = if op == Opcode::Read {
-            Access::REMOTE_WRITE
-        } else {
-            Access::REMOTE_READ
-        };
         let posted = self.qp.post_send(wr, |io, ops| {
-            if data {
-                ops.reg_mr(&io.mr, access)?;
-            }
-            let addr = if data { io.mr.iova() } else { 0 };
+            let addr = match (data, &io.pages) {
+                (true, Some(p)) if io.direct => {
+                    ops.reg_mr(p, access)?;
+                    p.iova()
+                }
+                (true, _) => {
+                    ops.reg_mr(&io.mr, access)?;
+                    io.mr.iova()
+                }
+                (false, _) => 0,
+            };
             Command { addr, ..cmd }.encode(io.cmd.as_mut_slice());
             ops.send(&io.cmd, 0..sent)?;
             if let Some(lent) = &io.lent {
@@ -394,10 +501,12 @@ impl IoQueue {
             Ok(())
         });
         if let Err(mut e) = posted {
-            drop(e.wr.data_mut().lent.take());
+            // Not posted: nothing registered, the pages come back.
+            e.wr.data_mut().unlend();
             let rq = {
                 let mut s = self.slots.lock();
                 s[tag].io = Some(e.wr);
+                s[tag].owed = false;
                 s[tag].rq.take()
             };
             self.stats.errors.fetch_add(1, Ordering::Relaxed);
@@ -431,20 +540,28 @@ impl IoQueue {
         } else {
             Err(Error::from_errno(status))
         };
-        // The target must have revoked the rkey of a command that named the buffer: without
-        // that the buffer is still open to it, and the tag cannot be used again.
-        let revoked = !data || inv.is_some_and(|i| io.mr.apply_invalidation(i));
+        // The target must have revoked the rkey of a command that named a buffer: without
+        // that the buffer (the block request's pages, or the bounce buffer) is still open to
+        // it, and the tag cannot be used again. The queue fails, which ends the block request
+        // once nothing reaches its pages.
+        let revoked = !data || inv.is_some_and(|i| io.named_mr_invalidated(i));
         if !revoked {
-            self.slots.lock()[tag].io = Some(wr);
-            self.stats.errors.fetch_add(1, Ordering::Relaxed);
-            let _ = Request::end(rq, Err(EIO));
+            {
+                let mut slots = self.slots.lock();
+                slots[tag].io = Some(wr);
+                slots[tag].rq = Some(rq);
+            }
             self.fail(
                 format_args!("an answer did not revoke the buffer's rkey"),
                 false,
             );
             return;
         }
-        if result.is_ok() && io.op == Opcode::Read {
+        if io.direct {
+            // Revoked: the pages are the block request's alone again (unmapping synced a
+            // read's data for the CPU).
+            io.unlend();
+        } else if result.is_ok() && io.op == Opcode::Read {
             let len = io.len;
             result = match io.mr.with_buf(|b| match b.get(..len) {
                 Some(b) => Request::copy_from_slice(&mut rq, b),
@@ -455,7 +572,11 @@ impl IoQueue {
             };
         }
         // The tag is free again before its block request ends (blk-mq may reuse it at once).
-        self.slots.lock()[tag].io = Some(wr);
+        {
+            let mut slots = self.slots.lock();
+            slots[tag].io = Some(wr);
+            slots[tag].owed = false;
+        }
         if result.is_err() {
             self.stats.errors.fetch_add(1, Ordering::Relaxed);
         }
@@ -523,6 +644,7 @@ impl IoQueue {
         let buffer = op == Opcode::Read as u8 || op == Opcode::Write as u8;
         let io = wr.data_mut();
         io.op = Opcode::Flush;
+        io.direct = false;
         if buffer {
             io.mr.bump_key();
         }
@@ -577,6 +699,10 @@ impl IoQueue {
     /// A block request of `tag` has waited another [`KEEPALIVE_MS`]: asks the target whether
     /// it lives, unless it has waited [`IO_TIMEOUT_MS`] in all (`false`: it has). Process
     /// context (blk-mq's timeout work).
+    ///
+    /// A keep-alive completes, or fails, within the QP's retries (3.8 s). One still out after
+    /// [`KEEPALIVE_UNANSWERED_MS`] fails the queue: the device has stopped retrying without
+    /// reporting it (seen on soft-RoCE once the peer's guest was killed).
     pub(super) fn tick(&self, tag: usize) -> bool {
         let ticks = match self.slots.lock().get_mut(tag) {
             Some(s) => {
@@ -588,14 +714,27 @@ impl IoQueue {
         if ticks * KEEPALIVE_MS >= IO_TIMEOUT_MS || self.dead.load(Ordering::Acquire) {
             return false;
         }
+        let now = Ktime::ktime_get().to_ms();
         // `None`: the last keep-alive is still out.
         let Some(wr) = self.keepalive.lock().take() else {
+            let sent = self.keepalive_sent.load(Ordering::Acquire);
+            if sent != 0 && now - sent >= i64::from(KEEPALIVE_UNANSWERED_MS) {
+                self.fail(
+                    format_args!(
+                        "the target does not answer: a keep-alive is unanswered after {} ms",
+                        now - sent
+                    ),
+                    true,
+                );
+            }
             return true;
         };
+        self.keepalive_sent.store(now.max(1), Ordering::Release);
         if let Err(e) = self.qp.post_send(wr, |_, ops| {
             ops.keepalive()?;
             Ok(())
         }) {
+            self.keepalive_sent.store(0, Ordering::Release);
             *self.keepalive.lock() = Some(e.wr);
         }
         true
@@ -646,6 +785,7 @@ impl Completion for KeepAlive {
             );
         }
         // Back in its place in every case: `close` frees it, after the drain.
+        q.keepalive_sent.store(0, Ordering::Release);
         *q.keepalive.lock() = Some(wr);
     }
 }
@@ -681,23 +821,37 @@ impl Completion for Answer {
 
 impl IoQueue {
     /// Takes the queue's id, for `close`, then makes the queue's requests: one per tag, with
-    /// its bounce buffer; one answer receive per tag. After a failure `close` frees what was made.
-    pub(super) fn fill(self: &Arc<Self>, id: CmId<IniEv>, pd: &Arc<Pd>, depth: u16) -> Result {
+    /// its bounce buffer and (`direct`) an MR for block requests' pages; one answer receive
+    /// per tag. After a failure `close` frees what was made.
+    pub(super) fn fill(
+        self: &Arc<Self>,
+        id: CmId<IniEv>,
+        pd: &Arc<Pd>,
+        depth: u16,
+        direct: bool,
+    ) -> Result {
         let q = self;
         *q.id.lock() = Some(id);
         let mut slots = KVec::with_capacity(depth as usize, GFP_KERNEL)?;
+        let max_pages = (MAX_IO as usize / PAGE_SIZE + 1) as u32;
         for tag in 0..depth {
-            let mut mr = Mr::new(pd, (MAX_IO as usize / PAGE_SIZE + 1) as u32)?;
+            let mut mr = Mr::new(pd, max_pages)?;
             mr.map(DmaBuf::new(pd, MAX_IO as usize, GFP_KERNEL)?)
                 .map_err(|(e, _)| e)?;
             let io = Io {
                 q: q.clone(),
                 tag,
                 cmd: DmaBuf::<ToDevice>::alloc(pd, CMD_LEN + INLINE_MAX as usize, GFP_KERNEL)?,
+                pages: if direct {
+                    Some(LentMr::new(pd, max_pages)?)
+                } else {
+                    None
+                },
                 mr,
                 lent: None,
                 op: Opcode::Flush,
                 len: 0,
+                direct: false,
             };
             slots.push(
                 Slot {

@@ -18,7 +18,7 @@ use super::{check_mapping, private, Direction, Mapped, ToDevice};
 use crate::{
     bindings,
     error::{code::EINVAL, Error, Result},
-    page::PAGE_SIZE,
+    page::{Page, PAGE_SIZE},
     rdma::pd::Pd,
     sync::Arc,
 };
@@ -27,49 +27,91 @@ use core::mem::ManuallyDrop;
 /// The most segments a [`DmaLent`] maps (as many as a send request gathers).
 pub const MAX_LENT: usize = super::MAX_SGE;
 
-/// A piece of a page that a [`PageOwner`] owns: `len` bytes at `offset`.
+/// A piece of a page that a [`PageOwner`] owns: `len` bytes at `offset` (a `struct
+/// bio_vec`, so that the block layer can fill an array of them in place).
 ///
 /// # Invariants
 ///
-/// `page` is a valid page (or null, with `len` 0), and `offset + len <= PAGE_SIZE`.
+/// `bv_page` is a valid page (or null, with `bv_len` 0), and `bv_offset + bv_len <=
+/// PAGE_SIZE`.
 #[derive(Clone, Copy)]
-pub struct Segment {
-    page: *mut bindings::page,
-    offset: u32,
-    len: u32,
-}
+#[repr(transparent)]
+pub struct Segment(bindings::bio_vec);
 
 impl Segment {
     /// No memory: what a [`PageOwner`] overwrites.
-    pub const EMPTY: Self = Self {
-        page: core::ptr::null_mut(),
-        offset: 0,
-        len: 0,
-    };
+    pub const EMPTY: Self = Self(bindings::bio_vec {
+        bv_page: core::ptr::null_mut(),
+        bv_len: 0,
+        bv_offset: 0,
+    });
 
-    /// `len` bytes at `offset` of `page`; `EINVAL` if they are not inside the page or `len`
-    /// is 0.
-    ///
-    /// # Safety
-    ///
-    /// `page` must be a valid page.
-    pub(crate) unsafe fn new(page: *mut bindings::page, offset: u32, len: u32) -> Result<Self> {
-        let end = offset as usize + len as usize;
-        if page.is_null() || len == 0 || end > PAGE_SIZE {
+    /// `len` bytes at `offset` of `page`, for a [`PageOwner`] that owns the page; `EINVAL` if
+    /// they are not inside the page or `len` is 0.
+    pub fn from_page(page: &Page, offset: usize, len: usize) -> Result<Self> {
+        let end = offset.checked_add(len).ok_or(EINVAL)?;
+        if len == 0 || end > PAGE_SIZE {
             return Err(EINVAL);
         }
-        // INVARIANT: Checked above; `page` is valid (the caller's guarantee).
-        Ok(Self { page, offset, len })
+        // INVARIANT: `page` is a valid page (a reference to it); the range is inside it.
+        Ok(Self(bindings::bio_vec {
+            bv_page: page.as_ptr(),
+            bv_len: len as u32,
+            bv_offset: offset as u32,
+        }))
     }
 
     /// The length in bytes.
     pub fn len(&self) -> usize {
-        self.len as usize
+        self.0.bv_len as usize
     }
 
     /// Whether the segment is empty.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.0.bv_len == 0
+    }
+
+    pub(crate) fn page(&self) -> *mut bindings::page {
+        self.0.bv_page
+    }
+
+    pub(crate) fn offset(&self) -> u32 {
+        self.0.bv_offset
+    }
+
+    /// The entries of `segs` as the `struct bio_vec`s they are, for a C function to fill;
+    /// [`Segment::check_filled`] restores the invariants after.
+    #[cfg(CONFIG_BLOCK)]
+    fn as_bio_vecs(segs: &mut [Segment]) -> &mut [bindings::bio_vec] {
+        // SAFETY: `Segment` is a transparent `bio_vec`; the slice is borrowed for as long.
+        unsafe { core::slice::from_raw_parts_mut(segs.as_mut_ptr().cast(), segs.len()) }
+    }
+
+    /// Checks that the first `n` entries of `segs`, filled through [`Segment::as_bio_vecs`]
+    /// by a C function that reports valid pages (`filled`: `n`, or its error), are non-empty
+    /// pieces of a page; if not, empties all entries and returns the error (`EINVAL` for a
+    /// bad entry).
+    #[cfg(CONFIG_BLOCK)]
+    fn check_filled(segs: &mut [Segment], filled: Result<usize>) -> Result<usize> {
+        let n = match filled {
+            Ok(n) => n,
+            Err(e) => {
+                segs.fill(Segment::EMPTY);
+                return Err(e);
+            }
+        };
+        let ok = segs.get(..n).is_some_and(|f| {
+            f.iter().all(|s| {
+                !s.0.bv_page.is_null()
+                    && s.0.bv_len > 0
+                    && s.0.bv_offset as usize + s.0.bv_len as usize <= PAGE_SIZE
+            })
+        });
+        if ok {
+            return Ok(n);
+        }
+        segs.fill(Segment::EMPTY);
+        Err(EINVAL)
     }
 }
 
@@ -83,11 +125,22 @@ impl Segment {
 /// # Safety
 ///
 /// Every segment [`PageOwner::segments`] reports must stay allocated (not freed, not reused for
-/// another object) as long as `self` lives.
+/// another object) as long as `self` lives. If [`PageOwner::device_may_write`] returns true,
+/// while `self` is lent to a [`LentMr`](crate::rdma::mr::LentMr) (which holds it and gives no
+/// access to it), nothing else writes the pages, and no Rust reference to their bytes exists
+/// (a copy out of them, in C, only sees bytes the device may be changing).
 pub unsafe trait PageOwner: Send + 'static {
     /// Stores the object's segments, in order, in `out`; returns how many. `E2BIG` if `out` is
     /// too short for them.
     fn segments(&self, out: &mut [Segment]) -> Result<usize>;
+
+    /// Whether the owner lets a device write its pages while it is lent to a
+    /// [`LentMr`](crate::rdma::mr::LentMr) (a peer's RDMA WRITE into them): the object is
+    /// then out of its owner's reach until given back, and what it holds is meant to be
+    /// overwritten (a block read's pages). By default not.
+    fn device_may_write(&self) -> bool {
+        false
+    }
 }
 
 /// The pages of `O`, DMA-mapped for the device of a [`Pd`] to read, in place, while `O` is
@@ -169,15 +222,15 @@ impl<O: PageOwner> DmaLent<O> {
         };
         let dev = pd.device();
         for s in &segs[..n] {
-            // SAFETY: `s` is not empty (checked above), so it was made by `Segment::new`: its
+            // SAFETY: `s` is not empty (checked above), so (invariant) its
             // page is valid and the range lies inside it; `me.owner` keeps the page allocated
             // until the mapping is undone in `unmap`.
             let dma = unsafe {
                 bindings::ib_dma_map_page(
                     dev.as_raw(),
-                    s.page,
-                    s.offset as usize,
-                    s.len as usize,
+                    s.page(),
+                    s.offset() as usize,
+                    s.len(),
                     ToDevice::RAW,
                 )
             };
@@ -185,9 +238,9 @@ impl<O: PageOwner> DmaLent<O> {
                 return Err((e, me.into_owner()));
             }
             // INVARIANT: One more segment mapped, in order.
-            me.pieces[me.n] = (dma, s.len);
+            me.pieces[me.n] = (dma, s.0.bv_len);
             me.n += 1;
-            me.len += s.len as usize;
+            me.len += s.len();
         }
         Ok(me)
     }
@@ -275,10 +328,9 @@ impl<O: PageOwner> Drop for DmaLent<O> {
 
 #[cfg(CONFIG_BLOCK)]
 mod block {
-    use super::{PageOwner, Segment, MAX_LENT};
+    use super::{PageOwner, Segment};
     use crate::{
-        bindings,
-        block::mq::{Operations, Request},
+        block::mq::{Op, Operations, Request},
         error::Result,
         types::ARef,
     };
@@ -286,18 +338,21 @@ mod block {
     // SAFETY: A request's segments are pages of its bios, which stay allocated until the
     // request is ended; ending it (`Request::end`, `end_ok`) needs the only `ARef` to it, so
     // not while this one lives, and blk-mq ends (or requeues) a request whose `queue_rq`
-    // failed only if the driver kept no `ARef` to it (`queue_rq_callback`).
+    // failed only if the driver kept no `ARef` to it (`queue_rq_callback`). A read's pages
+    // are not written by the block layer or the submitter until the request ends, a driver
+    // writes them only through the only `ARef` (`Request::copy_from_slice`), which it does
+    // not have while one is lent, and reads them only by copying (`copy_to_slice`).
     unsafe impl<T: Operations + 'static> PageOwner for ARef<Request<T>> {
         fn segments(&self, out: &mut [Segment]) -> Result<usize> {
-            let mut bv = [bindings::bio_vec::default(); MAX_LENT];
-            let max = out.len().min(MAX_LENT);
             let rq: &Request<T> = self;
-            let n = rq.segments(&mut bv[..max])?;
-            for (o, b) in out.iter_mut().zip(&bv[..n]) {
-                // SAFETY: A segment of a request is a valid page (its bio's).
-                *o = unsafe { Segment::new(b.bv_page, b.bv_offset, b.bv_len)? };
-            }
-            Ok(n)
+            // The request reports valid pages (its bios'), each piece inside its page.
+            let filled = rq.segments(Segment::as_bio_vecs(out));
+            Segment::check_filled(out, filled)
+        }
+
+        /// A read's pages are there to be overwritten with what it reads.
+        fn device_may_write(&self) -> bool {
+            self.op() == Op::Read
         }
     }
 }

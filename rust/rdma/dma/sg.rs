@@ -102,7 +102,7 @@ pub(crate) fn page_table(pages: &[Page], len: usize) -> Result<KBox<Opaque<bindi
         let n = (len - i * PAGE_SIZE).min(PAGE_SIZE) as u32;
         // SAFETY: `sg` is one of the table's `entries` entries (there are at least as many
         // pages, caller), and the caller keeps the page alive as long as the table.
-        sg = unsafe { bindings::rdma_sg_set_page(sg, page.as_ptr(), n) };
+        sg = unsafe { bindings::rdma_sg_set_page(sg, page.as_ptr(), n, 0) };
     }
     Ok(table)
 }

@@ -11,7 +11,7 @@ use crate::{
     rdma::{
         ah::Ah,
         dma::{DeviceReads, DmaBuf, Gather, Mapped, Scatter, MAX_SGE},
-        mr::{Access, Mr, Remote},
+        mr::{Access, Keys, Mr, Region, Remote},
         pd::{Pd, PdKey},
         qp::{QpInner, QpType},
     },
@@ -461,18 +461,19 @@ impl<'a> SendOps<'a> {
     }
 
     /// Records that `mr`'s registration state becomes `registered` if the request is posted.
-    fn mark(&mut self, mr: &'a Mr, registered: bool) {
-        self.marks[self.n - 1] = Some((mr.registered(), registered));
+    fn mark(&mut self, keys: &'a Keys, registered: bool) {
+        self.marks[self.n - 1] = Some((keys.registered(), registered));
     }
 
     /// Invalidate `mr`'s rkey locally (`IB_WR_LOCAL_INV`): remote access with it fails once
     /// this operation has executed, and the MR counts as unregistered from the post on.
     /// `EINVAL` for an MR of another PD.
-    pub fn local_inv(&mut self, mr: &'a Mr) -> Result<&mut Self> {
-        self.pd.check(mr.pd())?;
+    pub fn local_inv<R: Region>(&mut self, mr: &'a R) -> Result<&mut Self> {
+        let keys = mr.keys();
+        self.pd.check(keys.pd())?;
         let wr = self.push(bindings::ib_wr_opcode_IB_WR_LOCAL_INV, List::Fixed)?;
-        wr.send.ex.invalidate_rkey = mr.rkey();
-        self.mark(mr, false);
+        wr.send.ex.invalidate_rkey = keys.rkey();
+        self.mark(keys, false);
         Ok(self)
     }
 
@@ -504,30 +505,34 @@ impl<'a> SendOps<'a> {
         self.used += 1;
         self.count[i] = 1;
         self.iwarp_only = true;
-        self.mark(mr, false);
+        self.mark(mr.keys(), false);
         Ok(self)
     }
 
-    /// Registers `mr` (mapped with [`Mr::map`] or [`Mr::map_sg`]; `EINVAL` if not, or if it is
-    /// on another PD than the QP's) for `access` under its current keys (`IB_WR_REG_MR`). Local
-    /// write access is always included: the device needs it for remote writes. `EBUSY` while
-    /// the MR is still registered: invalidate it first (locally, or by the peer), then
-    /// [`Mr::bump_key`] so that the old rkey stays dead. The MR counts as registered from the
-    /// post on.
-    pub fn reg_mr(&mut self, mr: &'a Mr, access: Access) -> Result<&mut Self> {
-        if !mr.is_mapped() {
+    /// Registers `mr` (an [`Mr`] mapped with [`Mr::map`] or [`Mr::map_sg`], a [`LentMr`] with
+    /// pages lent; `EINVAL` if not, if it is on another PD than the QP's, or if `access` lets
+    /// the peer write pages their owner only lent for reading) for `access` under its current
+    /// keys (`IB_WR_REG_MR`). Local write access is always included: the device needs it for
+    /// remote writes. `EBUSY` while the MR is still registered: invalidate it first (locally,
+    /// or by the peer), then bump its key ([`Mr::bump_key`]) so that the old rkey stays dead.
+    /// The MR counts as registered from the post on.
+    ///
+    /// [`LentMr`]: super::super::mr::LentMr
+    pub fn reg_mr<R: Region>(&mut self, mr: &'a R, access: Access) -> Result<&mut Self> {
+        let keys = mr.keys();
+        if !mr.is_mapped() || !mr.allows(access) {
             return Err(EINVAL);
         }
-        if mr.is_registered() {
+        if keys.is_registered() {
             return Err(EBUSY);
         }
-        self.pd.check(mr.pd())?;
+        self.pd.check(keys.pd())?;
         let wr = self.push(bindings::ib_wr_opcode_IB_WR_REG_MR, List::Fixed)?;
-        wr.reg.mr = mr.as_raw();
-        wr.reg.key = mr.rkey();
+        wr.reg.mr = keys.as_raw();
+        wr.reg.key = keys.rkey();
         wr.reg.access = (access | Access::LOCAL_WRITE).bits() as i32;
-        self.mark(mr, true);
-        mr.stamp_registration();
+        self.mark(keys, true);
+        keys.stamp_registration();
         Ok(self)
     }
 

@@ -19,6 +19,10 @@
 BLKB_MB=64
 BLKB_DEPTH=64
 BLKB_QUEUES=2
+# More keys of rdma_rust_blk's connect, for experiments (make bench's
+# BENCH_BLK_CONNECT=zerocopy=1: the block requests' pages registered).
+BLKB_CONNECT=$(arg rdmatest.blk_connect | tr , ' ')
+BLKB_CONNECT=${BLKB_CONNECT:+ $BLKB_CONNECT}
 BLKB_NQN=rdma-bench
 NVMET=/sys/kernel/config/nvmet
 
@@ -71,7 +75,7 @@ blkb_rrbd_up() {
 	local c=/sys/kernel/debug/rdma_rust_blk/ctl
 	insmod /lib/modules/extra/rdma_rust_blk.ko || return 1
 	echo "export name=bench size=${BLKB_MB}m addr=$BENCH_ADDR port=4421" > $c &&
-		echo "connect addr=$BENCH_ADDR port=4421 name=bench queues=$BLKB_QUEUES depth=$BLKB_DEPTH" > $c &&
+		echo "connect addr=$BENCH_ADDR port=4421 name=bench queues=$BLKB_QUEUES depth=$BLKB_DEPTH$BLKB_CONNECT" > $c &&
 		[ -b /dev/rrbd0 ] && echo rrbd0
 }
 blkb_rrbd_down() {

@@ -60,6 +60,7 @@ blk_bad_ctl() {
 		"connect addr=10.77.0.1 port=7409 name=nosuch" "connect addr=10.77.0.1 port=7400" \
 		"connect addr=10.77.0.1 port=7400 name=vol0 queues=0" "connect addr=10.77.0.1 port=7400 name=vol0 queues=17" \
 		"connect addr=10.77.0.1 port=7400 name=vol0 depth=0" "connect addr=10.77.0.1 port=7400 name=vol0 depth=129" \
+		"connect addr=10.77.0.1 port=7400 name=vol0 zerocopy=2" "connect addr=10.77.0.1 port=7400 name=vol0 zerocopy=" \
 		"disconnect dev=rrbd9" "disconnect dev=sda" "disconnect" "export name=v size=1m addr=10.77.0.1 port=7401
 export name=w size=1m addr=10.77.0.1 port=7402"; do
 		mark
@@ -138,6 +139,29 @@ blk_writes_lent() {
 	[ -n "$l0" ] && [ -n "$l1" ] && [ -n "$c0" ] && [ -n "$c1" ] &&
 		[ $((l1 - l0)) -eq 32 ] && [ "$c1" = "$c0" ] ||
 		{ echo "lent $l0 -> $l1, copied $c0 -> $c1"; return 1; }
+}
+
+# blk_large_io FIELD OTHER: 8 writes then 8 reads of 128 KiB (direct I/O, one
+# block request each) read back what was written, and the disk's count FIELD
+# grows by 16 while OTHER does not move: registered_io (the block requests' own
+# pages registered for the target, `zerocopy=1`) or bounced_io (copied through
+# the bounce buffers, the default).
+blk_large_io() {
+	local field=$1 other=$2 a0 b0 a1 b1 want got
+	a0=$(blk_disk_field $field)
+	b0=$(blk_disk_field $other)
+	dd if=/dev/urandom of=/tmp/large bs=128k count=8 2> /dev/null || return 1
+	want=$(md5sum < /tmp/large)
+	dd if=/tmp/large of=/dev/rrbd0 bs=128k count=8 seek=3 oflag=direct 2> /tmp/dd.err ||
+		{ cat /tmp/dd.err; return 1; }
+	got=$(dd_md5 if=/dev/rrbd0 bs=128k count=8 skip=3 iflag=direct) || { echo "$got"; return 1; }
+	a1=$(blk_disk_field $field)
+	b1=$(blk_disk_field $other)
+	rm -f /tmp/large
+	[ "$got" = "$want" ] || { echo "read back $got, wrote $want"; return 1; }
+	[ -n "$a0" ] && [ -n "$a1" ] && [ -n "$b0" ] && [ -n "$b1" ] &&
+		[ $((a1 - a0)) -eq 16 ] && [ "$b1" = "$b0" ] ||
+		{ echo "$field $a0 -> $a1, $other $b0 -> $b1"; return 1; }
 }
 
 # blk_probe EXPECT KEY=VALUE...: one raw command from the initiator's `probe`
@@ -253,36 +277,41 @@ blk_queues() {
 }
 
 # blk_io_start PREFIX READ_BS: a reader (READ_BS reads: the target RDMA
-# WRITEs them) and a writer (4 KiB writes: sent from the block requests' pages)
-# loop on rrbd0 in the background until their I/O fails; each then writes the
-# time (uptime_ms) to PREFIX-reader or PREFIX-writer. Their PIDs: $blk_io_pids.
+# WRITEs them, into the block requests' pages above 4 KiB) and a writer (4 KiB
+# writes, sent from the block requests' pages, then 128 KiB ones, whose pages
+# the target RDMA READs) loop on rrbd0 in the background until their I/O fails;
+# each then writes the time (uptime_ms) to PREFIX-reader or PREFIX-writer. Their
+# PIDs: $blk_io_pids.
 blk_io_start() {
 	rm -f "$1-reader" "$1-writer"
 	(while dd if=/dev/rrbd0 of=/dev/null bs="$2" iflag=direct 2> /dev/null; do :; done
 		uptime_ms > "$1-reader") &
 	blk_io_pids=$!
-	(while dd if=/dev/zero of=/dev/rrbd0 bs=4k count=256 oflag=direct 2> /dev/null; do :; done
+	(while dd if=/dev/zero of=/dev/rrbd0 bs=4k count=64 oflag=direct 2> /dev/null &&
+		dd if=/dev/zero of=/dev/rrbd0 bs=128k count=8 seek=2 oflag=direct 2> /dev/null; do :; done
 		uptime_ms > "$1-writer") &
 	blk_io_pids="$blk_io_pids $!"
 }
 # blk_io_ended PREFIX: both loops of blk_io_start PREFIX have ended.
 blk_io_ended() { [ -e "$1-reader" ] && [ -e "$1-writer" ]; }
 
-# blk_io_fails FAULT: a reader of 128 KiB and a writer of 4 KiB blocks
-# (blk_io_start) run on rrbd0 while FAULT (a command) takes the target away or
-# the initiator down; both were making progress before, both end with an I/O
-# error within 30 s, and the disk, if it is still there, answers errors within
-# 5 s from then on.
+# blk_io_fails FAULT: a reader of 128 KiB and a writer of 4 and 128 KiB blocks
+# (blk_io_start) run on rrbd0 (connected with zerocopy=1) while FAULT (a
+# command) takes the target away or the initiator down; both were making
+# progress before (inline writes lent and I/Os registered among them), both end with an I/O error within 30 s, and the
+# disk, if it is still there, answers errors within 5 s from then on.
 blk_io_fails() {
-	local t0 c0 l0 c1 l1
+	local t0 c0 l0 r0 c1 l1 r1
 	c0=$(blk_disk_field completed) l0=$(blk_disk_field inline_writes_lent)
+	r0=$(blk_disk_field registered_io)
 	blk_io_start /tmp/io 128k
 	sleep 2
 	c1=$(blk_disk_field completed) l1=$(blk_disk_field inline_writes_lent)
+	r1=$(blk_disk_field registered_io)
 	if [ -e /tmp/io-reader ] || [ -e /tmp/io-writer ] || [ -z "$c1" ] || [ $((c1 - c0)) -le 0 ] ||
-		[ -z "$l1" ] || [ $((l1 - l0)) -le 0 ]; then
+		[ -z "$l1" ] || [ $((l1 - l0)) -le 0 ] || [ -z "$r1" ] || [ $((r1 - r0)) -le 0 ]; then
 		kill $blk_io_pids
-		echo "no I/O before the fault: completed $c0 -> $c1, lent writes $l0 -> $l1"
+		echo "no I/O before the fault: completed $c0 -> $c1, lent writes $l0 -> $l1, registered $r0 -> $r1"
 		return 1
 	fi
 	t0=$(uptime_ms)
@@ -293,11 +322,11 @@ blk_io_fails() {
 	kmsg "rdmatest: rrbd0 I/O failed $(( $(uptime_ms) - t0 )) ms after '$*'"
 	[ ! -e /dev/rrbd0 ] || ! timeout 5 dd if=/dev/rrbd0 of=/dev/null bs=4k count=1 iflag=direct 2> /dev/null
 }
-# blk_works_again: export and connect again (after the device came back); 1 MiB
-# written reads back.
+# blk_works_again: export and connect again (after the device came back,
+# zerocopy=1 for the rmmod case that follows); 1 MiB written reads back.
 blk_works_again() {
 	local want got
-	blk_export && blk_connect || return 1
+	blk_export && blk_connect zerocopy=1 || return 1
 	dd if=/dev/urandom of=/tmp/r1m bs=64k count=16 2> /dev/null &&
 		dd if=/tmp/r1m of=/dev/rrbd0 bs=64k oflag=direct 2> /tmp/dd.err || { cat /tmp/dd.err; return 1; }
 	want=$(md5sum < /tmp/r1m)
@@ -324,26 +353,32 @@ blk_suite() {
 	check blk_insmod insmod $BLK_KO
 	check blk_bad_control_input blk_bad_ctl
 	check blk_export blk_export
-	check blk_connect_two_queues blk_connect queues=2 depth=16
+	check blk_connect_two_queues blk_connect queues=2 depth=16 zerocopy=1
 	check blk_capacity_and_block_size blk_capacity_ok
 	check blk_pattern_whole_disk blk_pattern
 	check blk_random_4k_qd1 blk_random 1 64
 	check blk_random_4k_qd8 blk_random 8 24
 	check blk_4k_writes_not_copied blk_writes_lent
+	check blk_128k_io_registered blk_large_io registered_io bounced_io
 	check blk_two_hw_queues blk_queues
 	check blk_hostile_initiator blk_hostile
 	check blk_discard blk_discard
 	check blk_mkfs_mount_fsck blk_fs
 	check blk_status_clean blk_clean
 	check blk_disconnect blk_disconnect
+	# Without zerocopy=1: the same data through the bounce buffers.
+	check blk_connect_bounce blk_connect
+	check blk_128k_io_bounced blk_large_io bounced_io registered_io
+	check blk_pattern_bounced blk_pattern
+	check blk_bounce_disconnect blk_disconnect
 	# The target goes away under I/O: unexport; the disk fails, then goes.
-	check blk_unexport_under_io blk_connect depth=8
+	check blk_unexport_under_io blk_connect depth=8 zerocopy=1
 	check blk_unexport_fails_io blk_io_fails blk_ctl unexport name=vol0
 	check blk_failed_disk_disconnects blk_disconnect
 	# rdma link delete of the device both ends use, under I/O; then a new
 	# connect works on the device added again.
 	check blk_export_again blk_export
-	check blk_connect_again blk_connect depth=8
+	check blk_connect_again blk_connect depth=8 zerocopy=1
 	check blk_link_delete_under_io blk_io_fails timeout 60 rdma link delete rxe0
 	check blk_link_delete_removed_disk sh -c "[ ! -e /dev/rrbd0 ] && [ -e $BLK/status ] && ! grep -q vol0 $BLK/status"
 	check blk_rxe0_back add_rxe rxe0 veth0
@@ -431,11 +466,12 @@ mode_blk_peer_a() {
 	rdma_resources > /tmp/blk-base
 	check blk_insmod insmod $BLK_KO
 	check blk_peer_exported blk_peer_says 5040 exported
-	check blk_connect_two_queues blk_connect queues=2 depth=16
+	check blk_connect_two_queues blk_connect queues=2 depth=16 zerocopy=1
 	check blk_capacity_and_block_size blk_capacity_ok
 	check blk_pattern_whole_disk blk_pattern
 	check blk_random_4k_qd4 blk_random 4 16
 	check blk_4k_writes_not_copied blk_writes_lent
+	check blk_128k_io_registered blk_large_io registered_io bounced_io
 	# (No hardware-queue case: these guests have one CPU, which blk-mq maps to
 	# queue 0. The one-guest suite has it.)
 	check blk_mkfs_mount_fsck blk_fs
@@ -443,17 +479,17 @@ mode_blk_peer_a() {
 	check blk_disconnect blk_disconnect
 	nc_send $BLK_PEER_B 5041 done
 	# The target's module unloaded under I/O: the disk fails, then goes.
-	check blk_connect_again blk_connect depth=8
+	check blk_connect_again blk_connect depth=8 zerocopy=1
 	check blk_peer_rmmod_fails_io blk_io_fails nc_send $BLK_PEER_B 5042 fault
 	check blk_failed_disk_disconnects blk_disconnect
 	# The target's device deleted under I/O.
 	check blk_peer_exported_again blk_peer_says 5043 exported
-	check blk_connect_after_peer_rmmod blk_connect depth=8
+	check blk_connect_after_peer_rmmod blk_connect depth=8 zerocopy=1
 	check blk_peer_link_delete_fails_io blk_io_fails nc_send $BLK_PEER_B 5044 fault
 	check blk_failed_disk_disconnects_again blk_disconnect
 	# This side's module unloaded under I/O: the disk is removed.
 	check blk_peer_exported_third blk_peer_says 5045 exported
-	check blk_connect_after_peer_link_delete blk_connect queues=2 depth=8
+	check blk_connect_after_peer_link_delete blk_connect queues=2 depth=8 zerocopy=1
 	check blk_held_open_across_rmmod blk_hold_open 10
 	check blk_rmmod_under_io blk_io_fails timeout 60 rmmod rdma_rust_blk
 	check blk_rmmod_removed_disk blk_gone

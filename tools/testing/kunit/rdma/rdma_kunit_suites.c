@@ -142,6 +142,7 @@ RDMA_KUNIT_CASE(rdma_kunit_rw_read_write)
 RDMA_KUNIT_CASE(rdma_kunit_rw_chained_response)
 RDMA_KUNIT_CASE(rdma_kunit_rw_refusals)
 RDMA_KUNIT_CASE(rdma_kunit_rw_remote_invalidate)
+RDMA_KUNIT_CASE(rdma_kunit_rw_lent_mr)
 RDMA_KUNIT_CASE(rdma_kunit_async_srq_limit)
 RDMA_KUNIT_CASE(rdma_kunit_async_cq_resize)
 
@@ -227,15 +228,17 @@ static struct kunit_suite rdma_soundness_suite = {
 };
 
 /*
- * What storage ULPs need (verbs/storage.rs): the core's R/W API and remote
- * invalidation. The first peer guest runs this suite again with
- * ib_core.force_mr=1, for the MR path of the R/W API.
+ * What storage ULPs need (verbs/storage.rs): the core's R/W API, remote
+ * invalidation and MRs over pages another object owns. The first peer guest
+ * runs this suite again with ib_core.force_mr=1, for the MR path of the R/W
+ * API.
  */
 static struct kunit_case rdma_storage_cases[] = {
 	KUNIT_CASE_SLOW(rdma_kunit_rw_read_write_case),
 	KUNIT_CASE(rdma_kunit_rw_chained_response_case),
 	KUNIT_CASE(rdma_kunit_rw_refusals_case),
 	KUNIT_CASE(rdma_kunit_rw_remote_invalidate_case),
+	KUNIT_CASE(rdma_kunit_rw_lent_mr_case),
 	{}
 };
 

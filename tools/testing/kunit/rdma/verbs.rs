@@ -19,7 +19,7 @@ use kernel::{
         device::Device,
         dma::{DmaBuf, DmaPage, DmaSg, FromDevice, ToDevice, MAX_SG_PAGES},
         event::{AsyncEvent, AsyncHandler, Event, EventHandler, EventRegistration},
-        mr::{Access, Mr, Remote},
+        mr::{Access, Mr, Region, Remote},
         pd::Pd,
         qp::{Init, Qp, QpCaps, QpState, QpType, RcParams, Rts},
         srq::Srq,
@@ -302,8 +302,9 @@ fn registered_mr(qp: &Qp<Rts>, len: usize, seq: u32, access: Access) -> Result<M
     register(qp, mr, access)
 }
 
-/// Registers the mapped `mr` for `access` through `qp` (a REG_MR request) and returns it.
-fn register(qp: &Qp<Rts>, mr: Mr, access: Access) -> Result<Mr> {
+/// Registers the mapped `mr` (an [`Mr`] or a `LentMr`) for `access` through `qp` (a REG_MR
+/// request) and returns it.
+fn register<R: Region + Send + 'static>(qp: &Qp<Rts>, mr: R, access: Access) -> Result<R> {
     let d = post_one(qp, mr, WcStatus::Success, WcOpcode::RegMr, |mr, ops| {
         ops.reg_mr(mr, access)?;
         Ok(())

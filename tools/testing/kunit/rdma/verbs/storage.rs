@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! What storage ULPs need: the core's R/W API ([`RwCtx`]) and remote invalidation.
+//! What storage ULPs need: the core's R/W API ([`RwCtx`]), remote invalidation, and MRs over
+//! pages another object owns ([`LentMr`]).
 //!
 //! A QP pair on one device plays target (`a`) and initiator (`b`): `b` exposes a
 //! fast-registered MR over pages, `a` moves data from or to it with an [`RwCtx`] and checks it
@@ -12,7 +13,11 @@
 use super::*;
 use kernel::{
     page::{Page, PAGE_SIZE},
-    rdma::rw::RwCtx,
+    rdma::{
+        dma::{copy_from_pages, PageOwner, Segment},
+        mr::LentMr,
+        rw::RwCtx,
+    },
 };
 
 /// The QP caps of the cases: room for `RW_CTXS` transfers of up to 256 pages.
@@ -414,6 +419,125 @@ extern "C" fn rdma_kunit_rw_remote_invalidate() -> c_int {
             "READ with invalidate on RoCE"
         );
         drop((e, target, q));
+        leak_check()
+    })())
+}
+
+/// Pages the test owns, lent to a [`LentMr`]; `writable`: whether a peer may write them.
+struct Owned {
+    pages: KVec<Page>,
+    writable: bool,
+}
+
+// SAFETY: The segments are the owned pages, which live as long as `self`.
+unsafe impl PageOwner for Owned {
+    fn segments(&self, out: &mut [Segment]) -> Result<usize> {
+        if out.len() < self.pages.len() {
+            return Err(E2BIG);
+        }
+        for (o, p) in out.iter_mut().zip(self.pages.iter()) {
+            *o = Segment::from_page(p, 0, PAGE_SIZE)?;
+        }
+        Ok(self.pages.len())
+    }
+
+    fn device_may_write(&self) -> bool {
+        self.writable
+    }
+}
+
+fn owned(n: usize, writable: bool) -> Result<Owned> {
+    Ok(Owned {
+        pages: zero_pages(n)?,
+        writable,
+    })
+}
+
+/// A [`LentMr`] over pages another object owns (the storage initiator's MR for a block
+/// request's pages): remote writes are refused for an owner that does not allow them, and by
+/// `reg_mr` beyond what was lent; more pages than the MR maps are refused with the owner back;
+/// lent for writing and registered, the pages take the peer's RDMA WRITE, are not given back
+/// while the registration lives, and come back with the data once the peer's SEND with
+/// invalidate revoked the rkey; an MR dropped while registered deregisters before its owner
+/// goes.
+#[no_mangle]
+extern "C" fn rdma_kunit_rw_lent_mr() -> c_int {
+    ret((|| {
+        let dev = rxe0()?;
+        let p = rc_pair(&dev)?;
+        let pd = p.b.pd().clone();
+        let mut mr = LentMr::<Owned>::new(&pd, 4)?;
+        let r = mr.lend(owned(2, false)?, Access::REMOTE_WRITE);
+        check!(
+            matches!(&r, Err((e, o)) if *e == EINVAL && o.pages.len() == 2),
+            "pages lent for remote writes against their owner's will"
+        );
+        let r = mr.lend(owned(5, true)?, Access::REMOTE_WRITE);
+        check!(
+            matches!(&r, Err((e, _)) if *e == E2BIG) && !mr.is_lent(),
+            "more pages lent than the MR maps"
+        );
+        // Lent for reading: registering it for writing is refused, and never registered, the
+        // owner comes back at once.
+        mr.lend(owned(2, false)?, Access::REMOTE_READ)
+            .map_err(|(e, _)| e)?;
+        check!(mr.len() == 2 * PAGE_SIZE, "lent {} bytes", mr.len());
+        let s = sink::<LentMr<Owned>>()?;
+        let e = p.b.post_send(twr(mr, &s)?, |m, ops| {
+            ops.reg_mr(&m.payload, Access::REMOTE_WRITE)?;
+            Ok(())
+        });
+        let mut mr = match e {
+            Err(e) if e.err == EINVAL => e.wr.into_inner().payload,
+            _ => return Err(EINVAL),
+        };
+        check!(
+            mr.take_back().is_ok_and(|o| !o.writable) && !mr.is_lent(),
+            "an MR never registered keeps its owner"
+        );
+        // Lent for writing and registered: the peer writes the pages.
+        mr.lend(owned(2, true)?, Access::REMOTE_WRITE)
+            .map_err(|(e, _)| e)?;
+        mr.bump_key();
+        let mut mr = register(&p.b, mr, Access::REMOTE_WRITE)?;
+        check!(
+            mr.take_back().err() == Some(EBUSY),
+            "a registered MR gives its owner back"
+        );
+        let remote = Remote {
+            addr: mr.iova(),
+            rkey: mr.rkey(),
+        };
+        let rs = sink::<DmaBuf>()?;
+        post_recv(&p.b, &rs, 64)?;
+        post_one(
+            &p.a,
+            filled(&p.pd, 2 * PAGE_SIZE, 9)?,
+            WcStatus::Success,
+            WcOpcode::Send,
+            |buf, ops| {
+                ops.write(buf, 0..2 * PAGE_SIZE, remote)?;
+                ops.send_inv(buf, 0..64, remote.rkey)?;
+                Ok(())
+            },
+        )?;
+        let r = rs.wait(1)?.into_iter().next().ok_or(EINVAL)?;
+        check!(
+            mr.invalidated_by(&r.wc),
+            "the SEND with invalidate did not revoke the MR"
+        );
+        let back = mr.take_back()?;
+        let mut got = KVec::from_elem(0u8, 2 * PAGE_SIZE, GFP_KERNEL)?;
+        copy_from_pages(&back.pages, 0, &mut got)?;
+        check!(matches(&got, 9), "the peer's WRITE is not in the pages");
+        drop(back);
+        // Dropped while registered: deregistered, then the owner goes (nothing leaks).
+        mr.lend(owned(1, true)?, Access::REMOTE_WRITE | Access::REMOTE_READ)
+            .map_err(|(e, _)| e)?;
+        mr.bump_key();
+        let mr = register(&p.b, mr, Access::REMOTE_READ)?;
+        check!(mr.is_registered(), "not registered");
+        drop((mr, p));
         leak_check()
     })())
 }
