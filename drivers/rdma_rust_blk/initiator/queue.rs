@@ -702,7 +702,7 @@ impl IoQueue {
     ///
     /// A keep-alive completes, or fails, within the QP's retries (3.8 s). One still out after
     /// [`KEEPALIVE_UNANSWERED_MS`] fails the queue: the device has stopped retrying without
-    /// reporting it (seen on soft-RoCE once the peer's guest was killed).
+    /// reporting it.
     pub(super) fn tick(&self, tag: usize) -> bool {
         let ticks = match self.slots.lock().get_mut(tag) {
             Some(s) => {
