@@ -89,7 +89,10 @@ use crate::{
     bindings,
     error::{code::*, Error, Result},
 };
-use core::ops::Range;
+use core::{
+    ops::Range,
+    sync::atomic::{AtomicU64, Ordering},
+};
 
 mod post;
 mod recv;
@@ -131,6 +134,7 @@ pub(crate) enum Queue {
 #[repr(C)]
 pub(crate) struct Inner<T> {
     cqe: bindings::ib_cqe,
+    failures: Failures,
     /// Queue slots this request holds while posted.
     slots: u32,
     queue: Queue,
@@ -162,6 +166,12 @@ impl<T: Completion> Wr<T> {
         Ok(Self(KBox::new(
             Inner {
                 cqe: bindings::ib_cqe { done: None },
+                failures: Failures {
+                    cqe: bindings::ib_cqe {
+                        done: Some(unsignaled_failed),
+                    },
+                    first: AtomicU64::new(0),
+                },
                 slots: 0,
                 queue: Queue::Send,
                 srq: core::ptr::null(),
@@ -192,6 +202,7 @@ impl<T: Completion> Wr<T> {
     /// either fails ([`Posting::cancel`]) or succeeds ([`Posting::posted`]).
     pub(crate) fn start(mut self, queue: Queue) -> Posting<T> {
         self.0.cqe.done = Some(done_callback::<T>);
+        *self.0.failures.first.get_mut() = 0;
         self.0.queue = queue;
         Posting {
             raw: KBox::into_raw(self.0),
@@ -241,6 +252,12 @@ impl<T: Completion> Posting<T> {
     pub(crate) fn cqe(&self) -> *mut bindings::ib_cqe {
         // SAFETY: `raw` is valid (invariant); this is a field projection.
         unsafe { &raw mut (*self.raw).cqe }
+    }
+
+    /// The `ib_cqe` that the request's unsignaled operations carry ([`Failures`]).
+    pub(crate) fn failures_cqe(&self) -> *mut bindings::ib_cqe {
+        // SAFETY: `raw` is valid (invariant); this is a field projection.
+        unsafe { &raw mut (*self.raw).failures.cqe }
     }
 
     /// Records how many queue slots the request holds while posted.
@@ -313,7 +330,44 @@ unsafe extern "C" fn done_callback<T: Completion>(
     };
     // SAFETY: `cq` is the CQ being processed, valid for the duration of the callback.
     let dev = unsafe { (*cq).device };
-    T::done(wr, &Wc::new(raw, qp_num, dev));
+    let first = wr.0.failures.first.load(Ordering::Acquire);
+    T::done(wr, &Wc::new(raw, qp_num, dev).failed_before(first));
+}
+
+/// Where the unsignaled operations of a send request report. The core dispatches only their
+/// errors (a successful unsignaled operation makes no completion), and the first one is kept
+/// here: the request's own completion, which comes after it (a send queue completes in order)
+/// and would only say that it was flushed, reports it instead ([`Wc::status`]).
+#[repr(C)]
+struct Failures {
+    cqe: bindings::ib_cqe,
+    /// The first failure of the post: its `ib_wc_status` (never 0, success) in the low half,
+    /// its vendor error in the high half; 0 while there is none.
+    first: AtomicU64,
+}
+
+/// The `done` callback of [`Failures::cqe`]. Built into the kernel (not generic).
+///
+/// # Safety
+///
+/// Called by the RDMA core's CQ processing with a valid `wc` whose `wr_cqe` is the `cqe` of the
+/// `Failures` of a posted request whose own completion has not been dispatched yet.
+unsafe extern "C" fn unsignaled_failed(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
+    // SAFETY: `wc` is valid for the duration of the callback.
+    let wc = unsafe { &*wc };
+    if wc.status == bindings::ib_wc_status_IB_WC_SUCCESS {
+        return;
+    }
+    // SAFETY: The core calls us only for completions whose `wr_cqe` is set, to this `cqe`.
+    let cqe = unsafe { wc.__bindgen_anon_1.wr_cqe };
+    // SAFETY: `cqe` is the `cqe` field of a `Failures` (this callback is installed only there),
+    // in a request the device still owns (its last operation completes after this one): it is
+    // alive, and only shared references to `Failures` exist until its completion.
+    let failures = unsafe { &*crate::container_of!(cqe, Failures, cqe) };
+    let first = u64::from(wc.status) | u64::from(wc.vendor_err) << 32;
+    let _ = failures
+        .first
+        .compare_exchange(0, first, Ordering::AcqRel, Ordering::Relaxed);
 }
 
 /// Gives a request that kernel::rdma took back itself to its owner, as flushed.
@@ -325,7 +379,8 @@ unsafe extern "C" fn done_callback<T: Completion>(
 unsafe fn flush_orphan<T: Completion>(raw: *mut core::ffi::c_void) {
     // SAFETY: Per the safety requirements, nothing refers to the request any more.
     let wr = unsafe { Wr::<T>::from_raw(raw.cast()) };
-    T::done(wr, &Wc::flushed());
+    let first = wr.0.failures.first.load(Ordering::Acquire);
+    T::done(wr, &Wc::flushed().failed_before(first));
 }
 
 /// Appends the scatter/gather entries that describe `range` of `mem` to `out` (from index

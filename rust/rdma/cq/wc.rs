@@ -164,7 +164,22 @@ impl Wc {
         }
     }
 
-    /// The status of the completion.
+    /// The completion of a send request one of whose unsignaled operations failed `first`
+    /// (an `ib_wc_status` and vendor error, as [`Wr`](crate::rdma::wr::Wr) records them; 0:
+    /// none failed): it reports that failure, the cause, rather than its own status (most
+    /// often the flush the failure led to).
+    pub(crate) fn failed_before(mut self, first: u64) -> Self {
+        if first != 0 {
+            self.raw.status = first as u32;
+            self.raw.vendor_err = (first >> 32) as u32;
+        }
+        self
+    }
+
+    /// The status of the completion. For a send request of several operations, that of the
+    /// first that failed: an unsignaled operation's error, which moves a connected QP to the
+    /// error state, is reported by the request's completion instead of the flush (or error)
+    /// of its last operation that follows.
     pub fn status(&self) -> WcStatus {
         WcStatus::from_raw(self.raw.status)
     }

@@ -74,7 +74,7 @@ impl Qp<Rts> {
         // Nothing of the request may be touched once the device has it: the MRs it registers
         // or invalidates change state now (and back if it is refused).
         ops.apply();
-        let head = ops.link(p.cqe());
+        let head = ops.link(p.cqe(), p.failures_cqe());
         let mut bad: *const bindings::ib_send_wr = core::ptr::null();
         // SAFETY: `ptr` is valid; the list and its SGEs live in `ops` for the call (the driver
         // copies them); the memory belongs to the request, which the device owns from now on.

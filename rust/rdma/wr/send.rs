@@ -67,7 +67,11 @@ pub(crate) struct Chain {
 /// Only the last operation is signaled and carries the request's completion; earlier ones may
 /// be marked [`SendOps::unsignaled`] (the default for all but the last), since the completion of
 /// the last one implies theirs (send queues complete in order). A failed unsignaled operation
-/// moves a connected QP to the error state, and the last one then completes with a flush error.
+/// moves a connected QP to the error state, and the request's completion then reports that
+/// operation's status, not the flush of the last one
+/// ([`Wc::status`](crate::rdma::cq::Wc::status)). The operations of an R/W context's chain
+/// ([`SendOps::rw`]) report through the core's R/W API, which drops the errors of all but its
+/// last one, as for a C ULP.
 ///
 /// An operation's memory may be several pieces ([`SendOps::gather`], [`SendOps::scatter`]):
 /// a header and a page vector in one SEND, for instance, up to the QP's `send_sge` entries per
@@ -615,11 +619,16 @@ impl<'a> SendOps<'a> {
         }
     }
 
-    /// Links the operations into a list whose last entry carries `cqe`; returns its head.
+    /// Links the operations into a list whose last entry carries `cqe`, and the others
+    /// `failures` (which the core calls with their errors only); returns its head.
     ///
     /// `self` must not move until the list has been posted, and the contexts of its chains
     /// must be lent to the request being posted (as [`SendOps::chain`] requires).
-    pub(crate) fn link(&mut self, cqe: *mut bindings::ib_cqe) -> *const bindings::ib_send_wr {
+    pub(crate) fn link(
+        &mut self,
+        cqe: *mut bindings::ib_cqe,
+        failures: *mut bindings::ib_cqe,
+    ) -> *const bindings::ib_send_wr {
         let n = self.n;
         let base = self.sges.as_mut_ptr();
         // Back to front: each operation continues with the head of the one after it.
@@ -652,9 +661,9 @@ impl<'a> SendOps<'a> {
                 wr.__bindgen_anon_1.wr_cqe = cqe;
                 wr.send_flags |= signaled;
             } else {
-                // Unsignaled operations report only errors, which the core drops for a null
-                // `wr_cqe`; the request completes through its last operation.
-                wr.__bindgen_anon_1.wr_cqe = core::ptr::null_mut();
+                // Unsignaled operations report only errors, which `failures` keeps for the
+                // request's completion, through its last operation.
+                wr.__bindgen_anon_1.wr_cqe = failures;
                 wr.send_flags &= !signaled;
             }
             next = wr;

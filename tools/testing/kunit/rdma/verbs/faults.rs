@@ -65,45 +65,63 @@ extern "C" fn rdma_kunit_verbs_depth_and_flush() -> c_int {
 }
 
 /// An RDMA WRITE with a wrong rkey completes with a remote access error and the QP goes to
-/// the error state; no crash, the request comes back.
+/// the error state; no crash, the request comes back. The same WRITE chained before a SEND
+/// (unsignaled, so its error moves the QP to the error state and the SEND is flushed) gives its
+/// status, the cause, to the request's completion, not the flush.
 #[no_mangle]
 extern "C" fn rdma_kunit_verbs_bad_rkey() -> c_int {
     ret((|| {
         let dev = rxe0()?;
-        let p = rc_pair(&dev)?;
-        let mr = registered_mr(&p.b, 4096, 0, Access::REMOTE_WRITE)?;
-        let bad = Remote {
-            addr: mr.remote()?.addr,
-            rkey: mr.rkey() ^ 0x5500,
-        };
-        let d = post_one(
-            &p.a,
-            filled(&p.pd, 64, 0)?,
-            WcStatus::RemAccessErr,
-            WcOpcode::RdmaWrite,
-            |b, ops| {
-                ops.write(b, 0..64, bad)?;
-                Ok(())
-            },
-        )?;
-        // rxe delivers the error completion, then moves the QP to the error state: the two
-        // are not ordered for the reader, so give the transition up to a second.
-        let mut state = p.a.query_state()?;
-        for _ in 0..100 {
-            if state == QpState::Err {
-                break;
-            }
-            msleep(10);
-            state = p.a.query_state()?;
-        }
-        check!(state == QpState::Err, "requester state {:?}", state);
-        check!(
-            matches(&mr_bytes(&mr)?, 0),
-            "a write with a wrong rkey changed the MR"
-        );
-        drop((d, mr, p));
+        write_bad_rkey(&dev, false)?;
+        write_bad_rkey(&dev, true)?;
         leak_check()
     })())
+}
+
+/// Posts an RDMA WRITE with a wrong rkey (`chained`: followed by a SEND in the same request)
+/// on a new pair and checks its completion, the QP's state and the peer's MR.
+fn write_bad_rkey(dev: &Device, chained: bool) -> Result {
+    let p = rc_pair(dev)?;
+    let mr = registered_mr(&p.b, 4096, 0, Access::REMOTE_WRITE)?;
+    let bad = Remote {
+        addr: mr.remote()?.addr,
+        rkey: mr.rkey() ^ 0x5500,
+    };
+    let d = post_one(
+        &p.a,
+        filled(&p.pd, 64, 0)?,
+        WcStatus::RemAccessErr,
+        WcOpcode::RdmaWrite,
+        |b, ops| {
+            let b = &*b;
+            ops.write(b, 0..64, bad)?;
+            if chained {
+                ops.send(b, 0..64)?;
+            }
+            Ok(())
+        },
+    )?;
+    // rxe delivers the error completion, then moves the QP to the error state: the two are
+    // not ordered for the reader, so give the transition up to a second.
+    let mut state = p.a.query_state()?;
+    for _ in 0..100 {
+        if state == QpState::Err {
+            break;
+        }
+        msleep(10);
+        state = p.a.query_state()?;
+    }
+    check!(
+        state == QpState::Err,
+        "requester state {:?} (chained: {chained})",
+        state
+    );
+    check!(
+        matches(&mr_bytes(&mr)?, 0),
+        "a write with a wrong rkey changed the MR (chained: {chained})"
+    );
+    drop((d, mr, p));
+    Ok(())
 }
 
 /// A SEND to a QP with no receive posted and no RNR retries fails with RNR_RETRY_EXC.
