@@ -42,8 +42,8 @@ pub(crate) struct ConnectSpec {
     pub(crate) name: Name,
     pub(crate) queues: u16,
     pub(crate) depth: u16,
-    /// I/Os above the inline size name the block request's own pages (`zerocopy=1`), not
-    /// the bounce buffer.
+    /// I/Os above the inline size name the block request's own pages (the default), not
+    /// the bounce buffer (`zerocopy=0`).
     pub(crate) zerocopy: bool,
 }
 

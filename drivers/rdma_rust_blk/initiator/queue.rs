@@ -740,6 +740,30 @@ impl IoQueue {
         true
     }
 
+    /// Whether `wc`, the completion of `what`, succeeded; if not, fails the queue (from a CQ
+    /// handler), unless the queue failed first and its requests come back flushed.
+    ///
+    /// A request flushed while the queue lives means the QP went to the error state behind
+    /// the queue's back, with no completion in error of the queue's own: soft-RoCE's responder
+    /// does that when it rejects the target's RDMA READ or WRITE (an rkey it does not accept),
+    /// raising no asynchronous event either; a device's `QP_FATAL` flushes the same way. The
+    /// keep-alive [`IoQueue::tick`] posts then comes back flushed, which fails the queue
+    /// within one tick.
+    fn check(&self, wc: &Wc, what: &str) -> bool {
+        if wc.is_ok() {
+            return true;
+        }
+        match wc.status() {
+            WcStatus::WrFlushErr if self.is_dead() => {}
+            WcStatus::WrFlushErr => self.fail(
+                format_args!("{what} was flushed: the QP failed without an error of its own"),
+                false,
+            ),
+            status => self.fail(format_args!("{what} failed: {status:?}"), false),
+        }
+        false
+    }
+
     /// Posts an answer receive; dropped if the QP is being drained.
     fn post_answer(wr: Wr<Answer>) {
         let qp = wr.data().q.qp.clone();
@@ -761,9 +785,7 @@ impl Completion for Io {
         if let Some(s) = q.slots.lock().get_mut(tag) {
             s.io = Some(wr);
         }
-        if !wc.is_ok() && wc.status() != WcStatus::WrFlushErr {
-            q.fail(format_args!("a command failed: {:?}", wc.status()), false);
-        }
+        q.check(wc, "a command");
         if q.dead.load(Ordering::Acquire) {
             // `fail` could not end a request whose pages were lent: it ends here.
             q.end_failed(tag);
@@ -778,12 +800,7 @@ impl Completion for Io {
 impl Completion for KeepAlive {
     fn done(wr: Wr<Self>, wc: &Wc) {
         let q = wr.data().q.clone();
-        if !wc.is_ok() && wc.status() != WcStatus::WrFlushErr {
-            q.fail(
-                format_args!("the target does not answer: keep-alive {:?}", wc.status()),
-                false,
-            );
-        }
+        q.check(wc, "a keep-alive");
         // Back in its place in every case: `close` frees it, after the drain.
         q.keepalive_sent.store(0, Ordering::Release);
         *q.keepalive.lock() = Some(wr);
@@ -793,10 +810,7 @@ impl Completion for KeepAlive {
 impl Completion for Answer {
     fn done(mut wr: Wr<Self>, wc: &Wc) {
         let q = wr.data().q.clone();
-        if !wc.is_ok() {
-            if wc.status() != WcStatus::WrFlushErr {
-                q.fail(format_args!("an answer failed: {:?}", wc.status()), false);
-            }
+        if !q.check(wc, "an answer's receive") {
             return;
         }
         let n = wc.byte_len() as usize;

@@ -20,7 +20,7 @@ BLKB_MB=64
 BLKB_DEPTH=64
 BLKB_QUEUES=2
 # More keys of rdma_rust_blk's connect, for experiments (make bench's
-# BENCH_BLK_CONNECT=zerocopy=1: the block requests' pages registered).
+# BENCH_BLK_CONNECT=zerocopy=0: I/Os above 4 KiB through the bounce buffers).
 BLKB_CONNECT=$(arg rdmatest.blk_connect | tr , ' ')
 BLKB_CONNECT=${BLKB_CONNECT:+ $BLKB_CONNECT}
 BLKB_NQN=rdma-bench

@@ -144,8 +144,8 @@ blk_writes_lent() {
 # blk_large_io FIELD OTHER: 8 writes then 8 reads of 128 KiB (direct I/O, one
 # block request each) read back what was written, and the disk's count FIELD
 # grows by 16 while OTHER does not move: registered_io (the block requests' own
-# pages registered for the target, `zerocopy=1`) or bounced_io (copied through
-# the bounce buffers, the default).
+# pages registered for the target, the default) or bounced_io (copied through
+# the bounce buffers, `zerocopy=0`).
 blk_large_io() {
 	local field=$1 other=$2 a0 b0 a1 b1 want got
 	a0=$(blk_disk_field $field)
@@ -296,7 +296,7 @@ blk_io_start() {
 blk_io_ended() { [ -e "$1-reader" ] && [ -e "$1-writer" ]; }
 
 # blk_io_fails FAULT: a reader of 128 KiB and a writer of 4 and 128 KiB blocks
-# (blk_io_start) run on rrbd0 (connected with zerocopy=1) while FAULT (a
+# (blk_io_start) run on rrbd0 (its block requests' pages registered) while FAULT (a
 # command) takes the target away or the initiator down; both were making
 # progress before (inline writes lent and I/Os registered among them), both end with an I/O error within 30 s, and the
 # disk, if it is still there, answers errors within 5 s from then on.
@@ -323,10 +323,10 @@ blk_io_fails() {
 	[ ! -e /dev/rrbd0 ] || ! timeout 5 dd if=/dev/rrbd0 of=/dev/null bs=4k count=1 iflag=direct 2> /dev/null
 }
 # blk_works_again: export and connect again (after the device came back,
-# zerocopy=1 for the rmmod case that follows); 1 MiB written reads back.
+# for the rmmod case that follows); 1 MiB written reads back.
 blk_works_again() {
 	local want got
-	blk_export && blk_connect zerocopy=1 || return 1
+	blk_export && blk_connect || return 1
 	dd if=/dev/urandom of=/tmp/r1m bs=64k count=16 2> /dev/null &&
 		dd if=/tmp/r1m of=/dev/rrbd0 bs=64k oflag=direct 2> /tmp/dd.err || { cat /tmp/dd.err; return 1; }
 	want=$(md5sum < /tmp/r1m)
@@ -353,7 +353,7 @@ blk_suite() {
 	check blk_insmod insmod $BLK_KO
 	check blk_bad_control_input blk_bad_ctl
 	check blk_export blk_export
-	check blk_connect_two_queues blk_connect queues=2 depth=16 zerocopy=1
+	check blk_connect_two_queues blk_connect queues=2 depth=16
 	check blk_capacity_and_block_size blk_capacity_ok
 	check blk_pattern_whole_disk blk_pattern
 	check blk_random_4k_qd1 blk_random 1 64
@@ -366,19 +366,19 @@ blk_suite() {
 	check blk_mkfs_mount_fsck blk_fs
 	check blk_status_clean blk_clean
 	check blk_disconnect blk_disconnect
-	# Without zerocopy=1: the same data through the bounce buffers.
-	check blk_connect_bounce blk_connect
+	# With zerocopy=0: the same data through the bounce buffers.
+	check blk_connect_bounce blk_connect zerocopy=0
 	check blk_128k_io_bounced blk_large_io bounced_io registered_io
 	check blk_pattern_bounced blk_pattern
 	check blk_bounce_disconnect blk_disconnect
 	# The target goes away under I/O: unexport; the disk fails, then goes.
-	check blk_unexport_under_io blk_connect depth=8 zerocopy=1
+	check blk_unexport_under_io blk_connect depth=8
 	check blk_unexport_fails_io blk_io_fails blk_ctl unexport name=vol0
 	check blk_failed_disk_disconnects blk_disconnect
 	# rdma link delete of the device both ends use, under I/O; then a new
 	# connect works on the device added again.
 	check blk_export_again blk_export
-	check blk_connect_again blk_connect depth=8 zerocopy=1
+	check blk_connect_again blk_connect depth=8
 	check blk_link_delete_under_io blk_io_fails timeout 60 rdma link delete rxe0
 	check blk_link_delete_removed_disk sh -c "[ ! -e /dev/rrbd0 ] && [ -e $BLK/status ] && ! grep -q vol0 $BLK/status"
 	check blk_rxe0_back add_rxe rxe0 veth0
@@ -466,7 +466,7 @@ mode_blk_peer_a() {
 	rdma_resources > /tmp/blk-base
 	check blk_insmod insmod $BLK_KO
 	check blk_peer_exported blk_peer_says 5040 exported
-	check blk_connect_two_queues blk_connect queues=2 depth=16 zerocopy=1
+	check blk_connect_two_queues blk_connect queues=2 depth=16
 	check blk_capacity_and_block_size blk_capacity_ok
 	check blk_pattern_whole_disk blk_pattern
 	check blk_random_4k_qd4 blk_random 4 16
@@ -479,17 +479,17 @@ mode_blk_peer_a() {
 	check blk_disconnect blk_disconnect
 	nc_send $BLK_PEER_B 5041 done
 	# The target's module unloaded under I/O: the disk fails, then goes.
-	check blk_connect_again blk_connect depth=8 zerocopy=1
+	check blk_connect_again blk_connect depth=8
 	check blk_peer_rmmod_fails_io blk_io_fails nc_send $BLK_PEER_B 5042 fault
 	check blk_failed_disk_disconnects blk_disconnect
 	# The target's device deleted under I/O.
 	check blk_peer_exported_again blk_peer_says 5043 exported
-	check blk_connect_after_peer_rmmod blk_connect depth=8 zerocopy=1
+	check blk_connect_after_peer_rmmod blk_connect depth=8
 	check blk_peer_link_delete_fails_io blk_io_fails nc_send $BLK_PEER_B 5044 fault
 	check blk_failed_disk_disconnects_again blk_disconnect
 	# This side's module unloaded under I/O: the disk is removed.
 	check blk_peer_exported_third blk_peer_says 5045 exported
-	check blk_connect_after_peer_link_delete blk_connect queues=2 depth=8 zerocopy=1
+	check blk_connect_after_peer_link_delete blk_connect queues=2 depth=8
 	check blk_held_open_across_rmmod blk_hold_open 10
 	check blk_rmmod_under_io blk_io_fails timeout 60 rmmod rdma_rust_blk
 	check blk_rmmod_removed_disk blk_gone

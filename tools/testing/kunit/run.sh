@@ -202,7 +202,7 @@ if [ "$mode" = bench ]; then
 	# Data-path keys of the ULP's timed runs, for experiments (comma-separated).
 	[ -z "${BENCH_ULP_FAST:-}" ] || extra="$extra rdmatest.ulp_fast=$BENCH_ULP_FAST"
 	[ -z "${BENCH_ULP_LAT:-}" ] || extra="$extra rdmatest.ulp_lat=$BENCH_ULP_LAT"
-	# More keys of rdma_rust_blk's connect (comma-separated; e.g. zerocopy=1).
+	# More keys of rdma_rust_blk's connect (comma-separated; e.g. zerocopy=0).
 	[ -z "${BENCH_BLK_CONNECT:-}" ] || extra="$extra rdmatest.blk_connect=$BENCH_BLK_CONNECT"
 	t1=$(date +%s)
 	log "one guest on the release kernel: the ULP against perftest and rping (log: $run_dir/bench.log)"
