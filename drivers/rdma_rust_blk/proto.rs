@@ -254,6 +254,14 @@ pub(crate) enum Opcode {
     WriteInline = 6,
 }
 
+impl Opcode {
+    /// Whether a command of this opcode names a buffer of the initiator, registered for the
+    /// target's RDMA (its answer then revokes the buffer's rkey).
+    pub(crate) fn names_buffer(self) -> bool {
+        matches!(self, Opcode::Read | Opcode::Write)
+    }
+}
+
 /// One I/O.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Command {
@@ -318,7 +326,7 @@ impl Command {
 
     /// Whether the command names a buffer of the initiator (its answer then revokes `rkey`).
     pub(crate) fn has_data(&self) -> bool {
-        matches!(self.op, Opcode::Read | Opcode::Write)
+        self.op.names_buffer()
     }
 
     /// The byte range of a volume of `capacity` bytes the command addresses: `EINVAL` for a

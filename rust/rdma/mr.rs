@@ -10,7 +10,7 @@
 //! posting [`SendOps::reg_mr`]; from that completion on, [`Mr::remote`] is what the peer needs.
 //! [`SendOps::local_inv`] revokes it, and so does a peer's SEND with invalidate of its rkey
 //! (the receive's [`Wc::invalidated_rkey`]), which the owner records with
-//! [`Mr::invalidated_by`]. An MR knows whether it is registered: [`Mr::remote`] refuses to
+//! [`Region::invalidated_by`]. An MR knows whether it is registered: [`Mr::remote`] refuses to
 //! advertise one that is not, and [`SendOps::reg_mr`] to register one that still is (the
 //! device refuses that too). The MR owns the memory, and dropping the MR deregisters it
 //! (`ib_dereg_mr`) before the memory is freed, so a peer can never reach freed memory. A peer
@@ -21,6 +21,10 @@
 //! for one registration at a time: the owner is held until that registration is revoked, and
 //! given back only then, so a storage initiator hands a request's own pages to the target and
 //! ends the request after the target's SEND with invalidate.
+//!
+//! What the two have in common, their keys and their registration state, is the [`Region`]
+//! trait's: [`Region::rkey`], [`Region::iova`], [`Region::bump_key`], and the remote
+//! invalidations recorded with [`Region::invalidated_by`] or [`Region::apply_invalidation`].
 //!
 //! Deregistration sleeps; an MR dropped where sleeping is not allowed (in a completion handler)
 //! is deregistered from process context, before its memory is freed ([`defer`](super::defer)).
@@ -315,13 +319,13 @@ impl Keys {
         self.registered.load(Ordering::Acquire)
     }
 
-    /// See [`Mr::invalidated_by`].
+    /// See [`Region::invalidated_by`].
     pub(crate) fn invalidated_by(&self, wc: &Wc) -> bool {
         wc.invalidation()
             .is_some_and(|i| self.apply_invalidation(i))
     }
 
-    /// See [`Mr::apply_invalidation`].
+    /// See [`Region::apply_invalidation`].
     pub(crate) fn apply_invalidation(&self, inv: Invalidation) -> bool {
         let stamp = self.reg_stamp.load(Ordering::Acquire);
         if !inv.revokes(self.rkey(), self.pd.device().as_raw(), stamp) {
@@ -343,7 +347,7 @@ impl Keys {
             .store(super::cq::wc::next_registration(), Ordering::Release);
     }
 
-    /// See [`Mr::bump_key`].
+    /// See [`Region::bump_key`].
     pub(crate) fn bump_key(&mut self) {
         let ptr = self.ptr;
         // SAFETY: `ptr` is valid (invariant); we have exclusive access, and nothing posted
@@ -357,7 +361,11 @@ impl Keys {
 }
 
 /// A memory region that [`SendOps::reg_mr`] registers and [`SendOps::local_inv`] invalidates:
-/// [`Mr`] and [`LentMr`].
+/// [`Mr`] and [`LentMr`], with their keys and registration state.
+///
+/// The trait is object safe: a ULP whose command names one of several MRs (a request's own
+/// pages or a bounce buffer) picks it once, as a `&dyn Region`, and registers, advertises and
+/// checks that one.
 ///
 /// [`SendOps::reg_mr`]: super::wr::SendOps::reg_mr
 /// [`SendOps::local_inv`]: super::wr::SendOps::local_inv
@@ -371,10 +379,58 @@ pub trait Region: private::Sealed {
     /// Whether the memory may be registered for `access`: remote writes only into memory
     /// whose owner lets the device write it.
     fn allows(&self, access: Access) -> bool;
+
+    /// The PD of the MR.
+    fn pd(&self) -> &Arc<Pd> {
+        self.keys().pd()
+    }
+
+    /// The rkey the peer uses.
+    fn rkey(&self) -> u32 {
+        self.keys().rkey()
+    }
+
+    /// The I/O virtual address the MR maps its memory at (for a [`LentMr`], the lent pages'
+    /// first byte): with [`Region::rkey`], what a command posted in the same request as the
+    /// MR's registration names.
+    fn iova(&self) -> u64 {
+        self.keys().iova()
+    }
+
+    /// Whether a registration of the MR was posted and not invalidated since (locally, or by
+    /// the peer as recorded with [`Region::invalidated_by`]).
+    fn is_registered(&self) -> bool {
+        self.keys().is_registered()
+    }
+
+    /// Records a peer's remote invalidation: if `wc` (a receive completion) reports that the
+    /// sender invalidated this MR's rkey (SEND with invalidate), the MR is no longer registered
+    /// and this returns true. The peer can then no longer reach the memory, and the MR may be
+    /// registered again ([`Region::bump_key`] first, so the old rkey stays dead).
+    fn invalidated_by(&self, wc: &Wc) -> bool {
+        self.keys().invalidated_by(wc)
+    }
+
+    /// Records a remote invalidation kept from a receive completion ([`Wc::invalidation`]), as
+    /// [`Region::invalidated_by`] does; false (and nothing changes) if it revoked another rkey,
+    /// on another device, or was seen before the MR's latest registration was posted.
+    fn apply_invalidation(&self, inv: Invalidation) -> bool {
+        self.keys().apply_invalidation(inv)
+    }
+
+    /// Moves to the next key (`ib_update_fast_reg_key(mr, ib_inc_rkey(rkey))`), so that a new
+    /// registration does not revive an rkey a peer may still hold.
+    fn bump_key(&mut self) {
+        self.keys_mut().bump_key();
+    }
 }
 
 mod private {
-    pub trait Sealed {}
+    /// Seals [`Region`](super::Region), and keeps its mutable access to the keys out of
+    /// reach: swapping two MRs' keys would leave each registration over the other's memory.
+    pub trait Sealed {
+        fn keys_mut(&mut self) -> &mut super::Keys;
+    }
 }
 
 /// The C object of an [`Mr`] and the memory it maps; dropping it deregisters the MR, then
@@ -422,11 +478,6 @@ impl Mr {
             mem: None,
         })?;
         Ok(Self { raw })
-    }
-
-    /// The PD of the MR.
-    pub fn pd(&self) -> &Arc<Pd> {
-        self.raw.keys.pd()
     }
 
     /// Makes the MR describe `buf` (`ib_map_mr_sg`); it takes effect for the peer when a
@@ -545,10 +596,10 @@ impl Mr {
     }
 
     /// Lends the mapped buffer ([`Mr::map`]) to `f` as a slice, while no registration of it
-    /// is live: never registered, or invalidated since (by the peer, [`Mr::invalidated_by`], or
-    /// by a LOCAL_INV that completed: one whose completion is flushed did not run, though the
-    /// MR counts as invalidated from the post on, so its owner then drops the MR rather than
-    /// use the buffer). Only then can no peer reach the memory, so it may be read and
+    /// is live: never registered, or invalidated since (by the peer,
+    /// [`Region::invalidated_by`], or by a LOCAL_INV that completed: one whose completion is
+    /// flushed did not run, though the MR counts as invalidated from the post on, so its owner
+    /// then drops the MR rather than use the buffer). Only then can no peer reach the memory, so it may be read and
     /// written like any other: a storage initiator copies a write's data in before it
     /// registers the MR, and a read's data out after the target revoked the rkey. Synced for
     /// the CPU before `f` and for the device after.
@@ -567,18 +618,6 @@ impl Mr {
             }
             _ => Err(EINVAL),
         }
-    }
-
-    /// The rkey the peer uses.
-    pub fn rkey(&self) -> u32 {
-        self.raw.keys.rkey()
-    }
-
-    /// The I/O virtual address the MR maps its memory at: with [`Mr::rkey`], what a command
-    /// posted in the same request as the MR's registration names (before the registration is
-    /// posted, [`Mr::remote`] refuses to hand them out).
-    pub fn iova(&self) -> u64 {
-        self.raw.keys.iova()
     }
 
     /// The lkey local requests may use.
@@ -600,36 +639,13 @@ impl Mr {
             rkey: self.rkey(),
         })
     }
-
-    /// Whether a registration of the MR was posted and not invalidated since (locally, or by
-    /// the peer as recorded with [`Mr::invalidated_by`]).
-    pub fn is_registered(&self) -> bool {
-        self.raw.keys.is_registered()
-    }
-
-    /// Records a peer's remote invalidation: if `wc` (a receive completion) reports that the
-    /// sender invalidated this MR's rkey (SEND with invalidate), the MR is no longer registered
-    /// and this returns true. The peer can then no longer reach the memory, and the MR may be
-    /// registered again ([`Mr::bump_key`] first, so the old rkey stays dead).
-    pub fn invalidated_by(&self, wc: &Wc) -> bool {
-        self.raw.keys.invalidated_by(wc)
-    }
-
-    /// Records a remote invalidation kept from a receive completion ([`Wc::invalidation`]), as
-    /// [`Mr::invalidated_by`] does; false (and nothing changes) if it revoked another rkey, on
-    /// another device, or was seen before the MR's latest registration was posted.
-    pub fn apply_invalidation(&self, inv: Invalidation) -> bool {
-        self.raw.keys.apply_invalidation(inv)
-    }
-
-    /// Moves to the next key (`ib_update_fast_reg_key(mr, ib_inc_rkey(rkey))`), so that a new
-    /// registration does not revive an rkey a peer may still hold.
-    pub fn bump_key(&mut self) {
-        self.raw.get_mut().keys.bump_key();
-    }
 }
 
-impl private::Sealed for Mr {}
+impl private::Sealed for Mr {
+    fn keys_mut(&mut self) -> &mut Keys {
+        &mut self.raw.get_mut().keys
+    }
+}
 
 impl Region for Mr {
     fn keys(&self) -> &Keys {

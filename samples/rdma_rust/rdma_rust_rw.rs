@@ -20,7 +20,7 @@ use kernel::rdma::{
     cq::{Cq, PollContext, Wc},
     device::Device,
     dma::{DmaBuf, DmaSg, ToDevice},
-    mr::{Access, Mr, Remote},
+    mr::{Access, Mr, Region, Remote},
     pd::Pd,
     qp::{Qp, QpCaps, QpType, RcParams, Rts},
     rw::RwCtx,

@@ -46,7 +46,7 @@ use kernel::rdma::{
     cq::{Invalidation, Wc, WcStatus},
     device::{Name, NAME_MAX},
     dma::{DmaBuf, DmaLent, FromDevice, ToDevice},
-    mr::{Access, LentMr, Mr},
+    mr::{Access, LentMr, Mr, Region},
     pd::Pd,
     qp::{Qp, Rts},
     sync::{Completion as Signal, SpinLockBh},
@@ -164,12 +164,29 @@ impl Io {
         }
     }
 
-    /// Applies `inv` to the MR the command named (the pages' or the bounce buffer's): whether
-    /// it revoked that MR's registration.
-    fn named_mr_invalidated(&self, inv: Invalidation) -> bool {
+    /// The MR the command in flight names: the block request's pages or the bounce buffer
+    /// (`direct` says which); `None` for a command that names no buffer, or if the pages'
+    /// MR is gone (a failed queue dropped it).
+    fn named(&self) -> Option<&dyn Region> {
+        if !self.op.names_buffer() {
+            return None;
+        }
         match &self.pages {
-            Some(p) if self.direct => p.apply_invalidation(inv),
-            _ => !self.direct && self.mr.apply_invalidation(inv),
+            Some(p) if self.direct => Some(p),
+            _ if self.direct => None,
+            _ => Some(&self.mr),
+        }
+    }
+
+    /// [`Io::named`], to register it anew.
+    fn named_mut(&mut self) -> Option<&mut dyn Region> {
+        if !self.op.names_buffer() {
+            return None;
+        }
+        match &mut self.pages {
+            Some(p) if self.direct => Some(p),
+            _ if self.direct => None,
+            _ => Some(&mut self.mr),
         }
     }
 }
@@ -379,7 +396,7 @@ impl IoQueue {
         let io = wr.data_mut();
         io.op = op;
         io.len = len_u;
-        let data = matches!(op, Opcode::Read | Opcode::Write);
+        let data = op.names_buffer();
         let access = if op == Opcode::Read {
             Access::REMOTE_WRITE
         } else {
@@ -437,25 +454,21 @@ impl IoQueue {
         } else {
             CMD_LEN
         };
-        let rkey = match (data, io.pages.as_mut()) {
-            (true, Some(p)) if io.direct => {
-                p.bump_key();
-                p.rkey()
-            }
-            (true, _) => {
-                io.mr.bump_key();
-                io.mr.rkey()
-            }
-            (false, _) => 0,
-        };
-        let cmd = Command {
+        // The MR the command names goes to its next key before it is registered again (with
+        // the command's SEND, below); its I/O virtual address is the mapping's, set by now.
+        let (addr, rkey) = io.named_mut().map_or((0, 0), |r| {
+            r.bump_key();
+            (r.iova(), r.rkey())
+        });
+        Command {
             op,
             tag: tag as u16,
             len,
             sector: rq.sector(),
-            addr: 0,
+            addr,
             rkey,
-        };
+        }
+        .encode(io.cmd.as_mut_slice());
         if let Some(e) = failed {
             io.unlend();
             self.slots.lock()[tag].io = Some(wr);
@@ -482,18 +495,9 @@ impl IoQueue {
             s[tag].ticks = 0;
         }
         let posted = self.qp.post_send(wr, |io, ops| {
-            let addr = match (data, &io.pages) {
-                (true, Some(p)) if io.direct => {
-                    ops.reg_mr(p, access)?;
-                    p.iova()
-                }
-                (true, _) => {
-                    ops.reg_mr(&io.mr, access)?;
-                    io.mr.iova()
-                }
-                (false, _) => 0,
-            };
-            Command { addr, ..cmd }.encode(io.cmd.as_mut_slice());
+            if let Some(r) = io.named() {
+                ops.reg_mr(r, access)?;
+            }
             ops.send(&io.cmd, 0..sent)?;
             if let Some(lent) = &io.lent {
                 ops.gather(lent, 0..lent.len())?;
@@ -534,7 +538,7 @@ impl IoQueue {
             }
         };
         let io = wr.data_mut();
-        let data = matches!(io.op, Opcode::Read | Opcode::Write);
+        let data = io.op.names_buffer();
         let mut result = if status == 0 {
             Ok(())
         } else {
@@ -544,7 +548,8 @@ impl IoQueue {
         // that the buffer (the block request's pages, or the bounce buffer) is still open to
         // it, and the tag cannot be used again. The queue fails, which ends the block request
         // once nothing reaches its pages.
-        let revoked = !data || inv.is_some_and(|i| io.named_mr_invalidated(i));
+        let revoked =
+            !data || inv.is_some_and(|i| io.named().is_some_and(|r| r.apply_invalidation(i)));
         if !revoked {
             {
                 let mut slots = self.slots.lock();

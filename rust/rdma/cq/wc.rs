@@ -212,7 +212,7 @@ impl Wc {
 
     /// The rkey that the sender of a SEND with invalidate revoked, on a receive completion: the
     /// local MR with that rkey no longer grants access (see
-    /// [`Mr::invalidated_by`](crate::rdma::mr::Mr::invalidated_by)).
+    /// [`Region::invalidated_by`](crate::rdma::mr::Region::invalidated_by)).
     pub fn invalidated_rkey(&self) -> Option<u32> {
         let inv = self.raw.wc_flags & bindings::ib_wc_flags_IB_WC_WITH_INVALIDATE as i32 != 0;
         if !(self.is_ok() && inv) {
@@ -224,7 +224,7 @@ impl Wc {
 
     /// The peer's remote invalidation this receive completion reports, as a value the owner of
     /// the MR can keep until it has the MR in hand again
-    /// ([`Mr::apply_invalidation`](crate::rdma::mr::Mr::apply_invalidation)).
+    /// ([`Region::apply_invalidation`](crate::rdma::mr::Region::apply_invalidation)).
     pub fn invalidation(&self) -> Option<Invalidation> {
         self.invalidated_rkey().map(|rkey| Invalidation {
             rkey,

@@ -12,7 +12,7 @@
 //! layer then frees or reuses. [`LentMr`] makes that safe: [`LentMr::lend`] takes the pages'
 //! owner (a [`PageOwner`], the request's reference) and keeps it while the pages may be
 //! registered, and [`LentMr::take_back`] gives it back only when no registration is live (the
-//! target's SEND with invalidate recorded by [`LentMr::apply_invalidation`], or a completed
+//! target's SEND with invalidate recorded by [`Region::apply_invalidation`], or a completed
 //! local invalidation). If that never comes (the connection failed), the owner goes only with
 //! the MR, after `ib_dereg_mr`, which sleeps: from a completion handler that happens later, in
 //! process context ([`defer`](crate::rdma::defer)), so a block request lent to a failed
@@ -25,7 +25,6 @@ use crate::{
     error::{code::*, Error, Result},
     page::PAGE_SIZE,
     rdma::{
-        cq::{Invalidation, Wc},
         defer::{Deferred, Teardown},
         dma::{Bidirectional, Direction, FromDevice, PageOwner, Segment, ToDevice},
         pd::Pd,
@@ -43,7 +42,7 @@ use crate::{
 /// does not let the device write its pages).
 ///
 /// ```
-/// use kernel::rdma::{cq::Wc, dma::PageOwner, mr::{Access, LentMr}, qp::{Qp, Rts},
+/// use kernel::rdma::{cq::Wc, dma::PageOwner, mr::{Access, LentMr, Region}, qp::{Qp, Rts},
 ///     wr::{Completion, Wr}};
 ///
 /// struct Read<O: PageOwner> {
@@ -277,7 +276,7 @@ impl<O: PageOwner> LentMr<O> {
 
     /// Unmaps the pages and gives their owner back, if no registration of them is live: never
     /// registered since [`LentMr::lend`], or invalidated since (by the peer, recorded with
-    /// [`LentMr::apply_invalidation`], or by a LOCAL_INV). `EBUSY` while registered (the
+    /// [`Region::apply_invalidation`], or by a LOCAL_INV). `EBUSY` while registered (the
     /// owner then goes only with the MR, after its deregistration), `EINVAL` if nothing is
     /// lent.
     ///
@@ -307,47 +306,13 @@ impl<O: PageOwner> LentMr<O> {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-
-    /// The PD of the MR.
-    pub fn pd(&self) -> &Arc<Pd> {
-        self.raw.keys.pd()
-    }
-
-    /// The rkey the peer uses.
-    pub fn rkey(&self) -> u32 {
-        self.raw.keys.rkey()
-    }
-
-    /// The I/O virtual address of the lent pages' first byte, once lent: with
-    /// [`LentMr::rkey`], what a command posted with the registration names.
-    pub fn iova(&self) -> u64 {
-        self.raw.keys.iova()
-    }
-
-    /// Whether a registration was posted and not invalidated since.
-    pub fn is_registered(&self) -> bool {
-        self.raw.keys.is_registered()
-    }
-
-    /// Records a peer's remote invalidation reported by `wc`, as
-    /// [`Mr::invalidated_by`](super::Mr::invalidated_by) does.
-    pub fn invalidated_by(&self, wc: &Wc) -> bool {
-        self.raw.keys.invalidated_by(wc)
-    }
-
-    /// Records a remote invalidation kept from a receive completion, as
-    /// [`Mr::apply_invalidation`](super::Mr::apply_invalidation) does.
-    pub fn apply_invalidation(&self, inv: Invalidation) -> bool {
-        self.raw.keys.apply_invalidation(inv)
-    }
-
-    /// Moves to the next key, as [`Mr::bump_key`](super::Mr::bump_key) does.
-    pub fn bump_key(&mut self) {
-        self.raw.get_mut().keys.bump_key();
-    }
 }
 
-impl<O: PageOwner> private::Sealed for LentMr<O> {}
+impl<O: PageOwner> private::Sealed for LentMr<O> {
+    fn keys_mut(&mut self) -> &mut Keys {
+        &mut self.raw.get_mut().keys
+    }
+}
 
 impl<O: PageOwner> Region for LentMr<O> {
     fn keys(&self) -> &Keys {

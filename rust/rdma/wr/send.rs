@@ -472,7 +472,7 @@ impl<'a> SendOps<'a> {
     /// Invalidate `mr`'s rkey locally (`IB_WR_LOCAL_INV`): remote access with it fails once
     /// this operation has executed, and the MR counts as unregistered from the post on.
     /// `EINVAL` for an MR of another PD.
-    pub fn local_inv<R: Region>(&mut self, mr: &'a R) -> Result<&mut Self> {
+    pub fn local_inv<R: Region + ?Sized>(&mut self, mr: &'a R) -> Result<&mut Self> {
         let keys = mr.keys();
         self.pd.check(keys.pd())?;
         let wr = self.push(bindings::ib_wr_opcode_IB_WR_LOCAL_INV, List::Fixed)?;
@@ -518,11 +518,11 @@ impl<'a> SendOps<'a> {
     /// the peer write pages their owner only lent for reading) for `access` under its current
     /// keys (`IB_WR_REG_MR`). Local write access is always included: the device needs it for
     /// remote writes. `EBUSY` while the MR is still registered: invalidate it first (locally,
-    /// or by the peer), then bump its key ([`Mr::bump_key`]) so that the old rkey stays dead.
+    /// or by the peer), then bump its key ([`Region::bump_key`]) so that the old rkey stays dead.
     /// The MR counts as registered from the post on.
     ///
     /// [`LentMr`]: super::super::mr::LentMr
-    pub fn reg_mr<R: Region>(&mut self, mr: &'a R, access: Access) -> Result<&mut Self> {
+    pub fn reg_mr<R: Region + ?Sized>(&mut self, mr: &'a R, access: Access) -> Result<&mut Self> {
         let keys = mr.keys();
         if !mr.is_mapped() || !mr.allows(access) {
             return Err(EINVAL);
