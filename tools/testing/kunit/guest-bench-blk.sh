@@ -10,7 +10,8 @@
 #         /dev/rrbd0;
 #
 # both with two I/O queues of the same depth. fio (libaio, O_DIRECT) runs each
-# case on one disk, then the other, round after round, and the lines are those
+# case on one disk, then the other, round after round (the first disk changes
+# from round to round, as for the other cases), and the lines are those
 # of guest-bench.sh (`rdmabench: run case=...`): IOPS, MB/s, or the p50 and p99
 # completion latency in us of the QD 1 runs; cpu_us is the guest's CPU time per
 # I/O. Before the timed runs, fio writes and verifies a pattern on each disk.
@@ -149,7 +150,7 @@ blkb_one() {
 # bench_blk: both disks up, a verified pattern on each, the timed rounds, both
 # down; the RDMA resources back to where they were.
 bench_blk() {
-	local nvme rrbd r c k rw bs qd what
+	local nvme rrbd r c k rw bs qd what side d
 	rdma_resources_but_pool > /tmp/blkb-res
 	nvme=$(blkb_nvme_up) || { bench_say "fail case=blk_setup side=peer round=0 (nvme-rdma)"; return 1; }
 	rrbd=$(blkb_rrbd_up) || { bench_say "fail case=blk_setup side=ulp round=0 (rdma_rust_blk)"; blkb_nvme_down; return 1; }
@@ -169,8 +170,10 @@ bench_blk() {
 	done
 	for r in $(seq 1 "$BENCH_ROUNDS"); do
 		while read -r c k rw bs qd; do
-			blkb_one "$c" "$k" "$rw" "$bs" "$qd" peer "$nvme" "$r" < /dev/null
-			blkb_one "$c" "$k" "$rw" "$bs" "$qd" ulp "$rrbd" "$r" < /dev/null
+			for side in $(bench_sides "$r"); do
+				if [ $side = peer ]; then d=$nvme; else d=$rrbd; fi
+				blkb_one "$c" "$k" "$rw" "$bs" "$qd" $side "$d" "$r" < /dev/null
+			done
 		done < /tmp/blkb-cases
 	done
 	bench_say "note blk: rdma_rust_blk status: $(tr '\n' ' ' < /sys/kernel/debug/rdma_rust_blk/status)"

@@ -3,7 +3,9 @@
 #
 # `make bench` in the guest (rdmatest=bench, on the release kernel): each case
 # runs its peer (perftest, rping) and the ULP in interleaved rounds (peer, ULP,
-# peer, ULP, ...) on rxe0, QP pairs on one device, and prints one line per
+# ULP, peer, peer, ULP, ...: the side that goes first changes from one round to
+# the next, so neither always runs on what the other left behind) on rxe0, QP
+# pairs on one device, and prints one line per
 # timed run on the console:
 #
 #   rdmabench: run case=C side=peer|ulp round=R value=V p99=P msgs=M cpu_us=U
@@ -25,6 +27,8 @@ bench_say() { echo "rdmabench: $*" > /dev/console; }
 cpu_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8; exit }' /proc/stat; }
 # per_s MSGS MICROSECONDS: messages per second
 per_s() { awk -v m="$1" -v us="$2" 'BEGIN { printf "%.0f", m * 1e6 / (us > 0 ? us : 1) }'; }
+# bench_sides N: both sides in the order of run N (odd: the peer first).
+bench_sides() { if [ $(($1 % 2)) = 1 ]; then echo peer ulp; else echo ulp peer; fi; }
 # Every server of a run (perftest's TCP exchange, rdma_cm listeners) gets a port
 # of its own; taken in the caller's shell, not in a $(...) subshell.
 BENCH_PORT=20000
@@ -373,14 +377,15 @@ mode_bench() {
 	done < /tmp/bench-cases
 	# A latency run takes a second and its p50 moves by a third from run to
 	# run under TCG: those cases take BENCH_LAT_REPS (3) pairs per round.
-	local rep reps
+	local rep reps side
 	for r in $(seq 1 "$BENCH_ROUNDS"); do
 		while read -r c k o s; do
 			reps=1
 			[ "$k" != lat ] || reps=$LAT_REPS
 			for rep in $(seq 1 "$reps"); do
-				bench_one "$c" "$k" "$o" "$s" peer "$r" < /dev/null
-				bench_one "$c" "$k" "$o" "$s" ulp "$r" < /dev/null
+				for side in $(bench_sides $((r + rep - 1))); do
+					bench_one "$c" "$k" "$o" "$s" $side "$r" < /dev/null
+				done
 			done
 			ulp_ctl clear
 		done < /tmp/bench-cases
@@ -534,7 +539,7 @@ mode_bench_cross() {
 		while read -r c k o s; do
 			# A quarter of the loopback runs' bytes: the two guests share the host's cores.
 			n=$(BENCH_BYTES=$((BENCH_BYTES / 4)) bench_count "$s" 100 2000)
-			for side in peer ulp; do
+			for side in $(bench_sides "$r"); do
 				XPORT=$((XPORT + 10))
 				if [ "$host" = a ]; then
 					cross_a "$c" "$o" "$s" $side "$r" "$n" $depth < /dev/null
