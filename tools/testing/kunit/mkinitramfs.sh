@@ -91,6 +91,23 @@ if [ "$FLAVOR" = release ]; then
 		mv "$fio_cpio.tmp" "$fio_cpio"
 		rm -rf "$froot"
 	fi
-	cat "$out" "$fio_cpio" > "$IMAGES/initramfs-bench.cpio.gz"
+	extra_cpio=
+	# RDMATEST_BINS="/usr/bin/perf ...": more host programs (with their shared
+	# libraries) in the bench guest, for a RDMATEST_SCRIPT of one's own (e.g.
+	# script-blk-profile.sh); built at each run, never cached.
+	if [ -n "${RDMATEST_BINS:-}" ]; then
+		xroot=$IMAGES/extra-root extra_cpio=$IMAGES/extra.cpio.gz
+		rm -rf "$xroot"
+		mkdir -p "$xroot/usr/bin"
+		for b in $RDMATEST_BINS; do
+			[ -x "$b" ] || die "RDMATEST_BINS: no program $b on this machine"
+			cp -L "$b" "$xroot/usr/bin/"
+		done
+		# shellcheck disable=SC2086 # a list of programs
+		root=$xroot copy_with_parents $(libs_of $RDMATEST_BINS)
+		(cd "$xroot" && find . | cpio -o -H newc --quiet | gzip -1) > "$extra_cpio"
+		rm -rf "$xroot"
+	fi
+	cat "$out" "$fio_cpio" $extra_cpio > "$IMAGES/initramfs-bench.cpio.gz"
 	log "bench initramfs (with fio, nvme-cli): $IMAGES/initramfs-bench.cpio.gz ($(du -h "$IMAGES/initramfs-bench.cpio.gz" | cut -f1))"
 fi

@@ -17,8 +17,9 @@ PACKAGES=(
 	rdmacm-utils perftest ibverbs-utils ibverbs-providers
 	# `make check`: the Documentation/ build
 	python3-sphinx
-	# `make bench`: its chart
-	gnuplot-nox
+	# `make bench`: its chart; perf for a profile in the bench guest
+	# (RDMATEST_BINS=/usr/bin/perf, script-blk-profile.sh)
+	gnuplot-nox linux-perf
 )
 
 missing=()

@@ -1,0 +1,74 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0
+#
+# Where the time of a block case goes, on both disks: a script for the bench
+# guest (sourced by guest-bench.sh, with its helpers and guest-bench-blk.sh's),
+# which needs perf in the guest's image:
+#
+#   RDMATEST_BINS=/usr/bin/perf RDMATEST_SCRIPT=tools/testing/kunit/script-blk-profile.sh \
+#     BENCH_CASES=script BENCH_TOPOLOGY=loopback FLAVOR=release make bench
+#
+# For each of 4 KiB random write and read at queue depth 1 and random write at
+# depth 32 (PROF_CASES), fio runs 8 s on
+# nvme-rdma's disk, then on rdma_rust_blk's, under `perf record -a` (cpu-clock
+# samples of both CPUs, kernel symbols from /proc/kallsyms); the console gets
+# each run's IOPS, what rxe0's hardware counters moved by (packets, retries,
+# NAKs, per I/O), its hottest symbols, and its samples by command and by
+# module, and the functions of the two block stacks' modules (`PROFILE`,
+# `COMM`, `DSO`, `MODULES` sections of the bench log). Sampling costs
+# time of its own: the IOPS are for reading the profile, not for the table.
+
+PROF_SECS=8
+PROF_CASES="randwrite:1 randread:1 randwrite:32"
+nvme=$(blkb_nvme_up) || { bench_say "fail case=profile side=peer round=0 (nvme-rdma)"; return; }
+rrbd=$(blkb_rrbd_up) || { bench_say "fail case=profile side=ulp round=0 (rdma_rust_blk)"; blkb_nvme_down; return; }
+echo 0 > /proc/sys/kernel/kptr_restrict
+echo -1 > /proc/sys/kernel/perf_event_paranoid
+# hw_snap FILE: rxe0's hardware counters, one "name value" per line.
+hw_snap() {
+	for f in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do
+		echo "${f##*/} $(cat "$f")"
+	done > "$1"
+}
+# prof_report FILE SORT LIMIT [ARGS...]: perf's table, without its comments.
+prof_report() {
+	local data=$1 sort=$2 limit=$3
+	shift 3
+	/usr/bin/perf report -i "$data" --stdio --no-children --sort "$sort" \
+		--percent-limit "$limit" "$@" 2> /dev/null | grep -v '^#' | grep -v '^$'
+}
+# The modules of the two block stacks: their own code, function by function.
+PROF_MODULES='[rdma_rust_blk],[nvme_rdma],[nvme_fabrics],[nvme_core],[nvmet],[nvmet_rdma],[brd]'
+for c in $PROF_CASES; do
+	rw=${c%:*} qd=${c#*:}
+	for side in peer ulp; do
+		if [ $side = peer ]; then d=$nvme; else d=$rrbd; fi
+		data=/tmp/perf.$side
+		hw_snap /tmp/hw.before
+		/usr/bin/perf record -q -a -e cpu-clock -F 1000 -o $data -- \
+			/usr/bin/fio --name=profile --filename=/dev/$d --direct=1 --ioengine=libaio \
+			--rw=$rw --bs=4k --iodepth=$qd --runtime=$PROF_SECS --time_based --thread \
+			--output=/tmp/fio.out > /dev/null 2>&1 ||
+			bench_say "fail case=profile_${rw}_qd$qd side=$side round=0"
+		hw_snap /tmp/hw.after
+		{
+			echo "=== PROFILE $rw 4k QD$qd $side /dev/$d: $(grep -o 'IOPS=[^,]*' /tmp/fio.out)"
+			# What rxe did meanwhile, per I/O: packets, retries, NAKs.
+			awk -v ios="$(grep -o 'issued rwts: total=[0-9]*,[0-9]*' /tmp/fio.out | tr -dc '0-9,' | tr , +)" '
+				BEGIN { n = 0; split(ios, p, "+"); for (i in p) n += p[i] }
+				NR == FNR { b[$1] = $2; next }
+				$2 != b[$1] { printf "rxe0 %s +%d (%.2f per I/O)\n", $1, $2 - b[$1], ($2 - b[$1]) / (n > 0 ? n : 1) }
+			' /tmp/hw.before /tmp/hw.after
+			prof_report $data sym 0.4 | head -40
+			echo "=== COMM $rw QD$qd $side"
+			prof_report $data comm 1 | head -20
+			echo "=== DSO $rw QD$qd $side"
+			prof_report $data dso 0.5 | head -20
+			echo "=== MODULES $rw QD$qd $side (% of all samples)"
+			prof_report $data dso,sym 0.05 --dsos "$PROF_MODULES" | head -30
+		} > /dev/console
+		rm -f $data
+	done
+done
+blkb_rrbd_down
+blkb_nvme_down
