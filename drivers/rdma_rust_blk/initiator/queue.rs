@@ -146,7 +146,7 @@ struct Io {
     pages: Option<LentMr<ARef<Request<Blk>>>>,
     mr: Mr,
     /// An inline write's pages, lent to the device while its SEND is posted.
-    lent: Option<DmaLent<ARef<Request<Blk>>>>,
+    lent: DmaLent<ARef<Request<Blk>>>,
     /// What the command in flight asked, for the answer.
     op: Opcode,
     len: usize,
@@ -158,7 +158,7 @@ impl Io {
     /// Gives back the block request's pages, lent to a command that was not posted (or whose
     /// answer revoked their rkey): dropping them drops the references to the request.
     fn unlend(&mut self) {
-        drop(self.lent.take());
+        drop(self.lent.take_back());
         if let Some(p) = self.pages.as_mut() {
             drop(p.take_back());
         }
@@ -435,12 +435,11 @@ impl IoQueue {
         // or (more segments than the SEND gathers) a copy in the command's buffer.
         let sent = if op == Opcode::WriteInline && failed.is_none() {
             if self.lend_max > 0 {
-                match DmaLent::map(io.cmd.pd(), rq.clone(), self.lend_max) {
-                    Ok(lent) => io.lent = Some(lent),
-                    Err((_, owner)) => drop(owner),
+                if let Err((_, owner)) = io.lent.lend(rq.clone(), self.lend_max) {
+                    drop(owner);
                 }
             }
-            if io.lent.is_some() {
+            if io.lent.is_lent() {
                 self.stats.writes_lent.fetch_add(1, Ordering::Relaxed);
                 CMD_LEN
             } else {
@@ -499,8 +498,8 @@ impl IoQueue {
                 ops.reg_mr(r, access)?;
             }
             ops.send(&io.cmd, 0..sent)?;
-            if let Some(lent) = &io.lent {
-                ops.gather(lent, 0..lent.len())?;
+            if io.lent.is_lent() {
+                ops.gather(&io.lent, 0..io.lent.len())?;
             }
             Ok(())
         });
@@ -785,7 +784,7 @@ impl Completion for Io {
         let tag = wr.data().tag as usize;
         // The device has read an inline write's pages: unmapped, and their reference to the
         // block request dropped, before the tag's request is back (see `end_failed`).
-        drop(wr.data_mut().lent.take());
+        drop(wr.data_mut().lent.take_back());
         // Back in its slot in every case: a failed queue's requests are freed from there.
         if let Some(s) = q.slots.lock().get_mut(tag) {
             s.io = Some(wr);
@@ -867,7 +866,7 @@ impl IoQueue {
                     None
                 },
                 mr,
-                lent: None,
+                lent: DmaLent::new(pd),
                 op: Opcode::Flush,
                 len: 0,
                 direct: false,

@@ -17,12 +17,14 @@
 use super::{check_mapping, private, Direction, Mapped, ToDevice};
 use crate::{
     bindings,
-    error::{code::EINVAL, Error, Result},
+    error::{
+        code::{EBUSY, EINVAL},
+        Error, Result,
+    },
     page::{Page, PAGE_SIZE},
     rdma::pd::Pd,
     sync::Arc,
 };
-use core::mem::ManuallyDrop;
 
 /// The most segments a [`DmaLent`] maps (as many as a send request gathers).
 pub const MAX_LENT: usize = super::MAX_SGE;
@@ -143,13 +145,19 @@ pub unsafe trait PageOwner: Send + 'static {
     }
 }
 
-/// The pages of `O`, DMA-mapped for the device of a [`Pd`] to read, in place, while `O` is
-/// held here.
+/// The pages of an `O`, DMA-mapped for the device of a [`Pd`] to read, in place, while `O` is
+/// lent here.
 ///
-/// A work request that names it ([`SendOps::send`](crate::rdma::wr::SendOps::send),
-/// [`SendOps::gather`](crate::rdma::wr::SendOps::gather)) must own it, as any mapped memory: so
-/// the owner, and its pages, are there until the device has read them, and
-/// [`DmaLent::into_owner`], which unmaps them, can only be called once the request is back.
+/// Made once, with its PD, and lent one owner at a time ([`DmaLent::lend`],
+/// [`DmaLent::take_back`]), like a [`LentMr`](crate::rdma::mr::LentMr): a request that lends
+/// a block request's pages per I/O keeps one beside its command buffer, and lending takes no
+/// reference to the PD. A work request that names it ([`SendOps::send`],
+/// [`SendOps::gather`]) must own it, as any mapped memory: so the owner, and its pages, are
+/// there until the device has read them, and [`DmaLent::take_back`], which unmaps them, can
+/// only be called once the request is back. Dropping it unmaps the pages and drops the owner.
+///
+/// [`SendOps::send`]: crate::rdma::wr::SendOps::send
+/// [`SendOps::gather`]: crate::rdma::wr::SendOps::gather
 ///
 /// # Examples
 ///
@@ -160,49 +168,69 @@ pub unsafe trait PageOwner: Send + 'static {
 /// // A command and the pages of whatever `O` is (a block request), sent as one message.
 /// struct Out<O: PageOwner> {
 ///     cmd: DmaBuf<ToDevice>,
-///     data: Option<DmaLent<O>>,
+///     data: DmaLent<O>,
 /// }
 ///
 /// impl<O: PageOwner> Completion for Out<O> {
-///     fn done(wr: Wr<Self>, _wc: &Wc) {
-///         // The device has read the pages: unmapped, the owner is free to go.
-///         let _owner = wr.into_inner().data.map(DmaLent::into_owner);
+///     fn done(mut wr: Wr<Self>, _wc: &Wc) {
+///         // The device has read the pages: unmapped, the owner is free to go, and the
+///         // request may lend the next one.
+///         let _owner = wr.data_mut().data.take_back();
 ///     }
 /// }
 ///
-/// fn send<O: PageOwner>(qp: &Qp<Rts>, pd: &kernel::sync::Arc<Pd>, owner: O) -> Result {
-///     let data = DmaLent::map(pd, owner, MAX_LENT).map_err(|(e, _owner)| e)?;
-///     let out = Out { cmd: DmaBuf::alloc(pd, 64, GFP_KERNEL)?, data: Some(data) };
-///     qp.post_send(Wr::new(out, GFP_KERNEL)?, |o, ops| {
+/// fn send<O: PageOwner>(qp: &Qp<Rts>, mut wr: Wr<Out<O>>, owner: O) -> Result {
+///     wr.data_mut().data.lend(owner, MAX_LENT).map_err(|(e, _owner)| e)?;
+///     qp.post_send(wr, |o, ops| {
 ///         ops.send(&o.cmd, 0..64)?;
-///         if let Some(d) = &o.data {
-///             ops.gather(d, 0..d.len())?;
-///         }
+///         ops.gather(&o.data, 0..o.data.len())?;
 ///         Ok(())
-///     })?;
+///     })
+///     .map_err(|e| e.err)?;
 ///     Ok(())
+/// }
+///
+/// fn new_request<O: PageOwner>(pd: &kernel::sync::Arc<Pd>) -> Result<Wr<Out<O>>> {
+///     let out = Out { cmd: DmaBuf::alloc(pd, 64, GFP_KERNEL)?, data: DmaLent::new(pd) };
+///     Wr::new(out, GFP_KERNEL)
 /// }
 /// ```
 ///
 /// # Invariants
 ///
-/// `pieces[..n]` are the segments of `owner`, in order, each mapped for `pd.device()` toward
-/// the device at the address it holds, until `unmap`; `len` is the sum of their lengths.
+/// While `owner` holds an owner, `pieces[..n]` are its segments, in order, each mapped for
+/// `pd.device()` toward the device at the address it holds; otherwise `n` and `len` are 0.
+/// `len` is the sum of the lengths of `pieces[..n]`.
 pub struct DmaLent<O: PageOwner> {
-    owner: ManuallyDrop<O>,
     pd: Arc<Pd>,
+    owner: Option<O>,
     pieces: [(u64, u32); MAX_LENT],
     n: usize,
     len: usize,
 }
 
 impl<O: PageOwner> DmaLent<O> {
-    /// Maps the pages of `owner` for the device of `pd` to read, if it has at most `max`
-    /// segments (and [`MAX_LENT`]): a caller that gathers them into one work request passes
-    /// what its QP's SGEs allow. `E2BIG` if it has more, `EINVAL` if it has none or reports an
-    /// empty one, `ENOMEM` if a mapping fails; the owner comes back with the error, nothing
-    /// mapped.
-    pub fn map(pd: &Arc<Pd>, owner: O, max: usize) -> Result<Self, (Error, O)> {
+    /// Pages of no owner yet, to be mapped for the device of `pd`.
+    pub fn new(pd: &Arc<Pd>) -> Self {
+        // INVARIANT: No owner, nothing mapped.
+        Self {
+            pd: pd.clone(),
+            owner: None,
+            pieces: [(0, 0); MAX_LENT],
+            n: 0,
+            len: 0,
+        }
+    }
+
+    /// Maps the pages of `owner` for the device to read, if it has at most `max` segments
+    /// (and [`MAX_LENT`]): a caller that gathers them into one work request passes what its
+    /// QP's SGEs allow. `EBUSY` while another owner is lent, `E2BIG` if it has more segments,
+    /// `EINVAL` if it has none or reports an empty one, `ENOMEM` if a mapping fails; the owner
+    /// comes back with the error, nothing mapped.
+    pub fn lend(&mut self, owner: O, max: usize) -> Result<(), (Error, O)> {
+        if self.owner.is_some() {
+            return Err((EBUSY, owner));
+        }
         let mut segs = [Segment::EMPTY; MAX_LENT];
         let n = match owner.segments(&mut segs[..max.min(MAX_LENT)]) {
             Ok(n) if n > 0 && n <= MAX_LENT => n,
@@ -213,18 +241,12 @@ impl<O: PageOwner> DmaLent<O> {
         if segs[..n].iter().any(Segment::is_empty) {
             return Err((EINVAL, owner));
         }
-        let mut me = Self {
-            owner: ManuallyDrop::new(owner),
-            pd: pd.clone(),
-            pieces: [(0, 0); MAX_LENT],
-            n: 0,
-            len: 0,
-        };
-        let dev = pd.device();
+        let dev = self.pd.device();
         for s in &segs[..n] {
-            // SAFETY: `s` is not empty (checked above), so (invariant) its
-            // page is valid and the range lies inside it; `me.owner` keeps the page allocated
-            // until the mapping is undone in `unmap`.
+            // SAFETY: `s` is not empty (checked above), so (invariant) its page is valid and
+            // the range lies inside it; `owner` keeps the page allocated: it is stored below,
+            // where it stays until the mapping is undone (`take_back`, drop), or, if a mapping
+            // fails, given back only after the ones made are undone.
             let dma = unsafe {
                 bindings::ib_dma_map_page(
                     dev.as_raw(),
@@ -235,33 +257,35 @@ impl<O: PageOwner> DmaLent<O> {
                 )
             };
             if let Err(e) = check_mapping(dev, dma) {
-                return Err((e, me.into_owner()));
+                self.unmap();
+                return Err((e, owner));
             }
-            // INVARIANT: One more segment mapped, in order.
-            me.pieces[me.n] = (dma, s.0.bv_len);
-            me.n += 1;
-            me.len += s.len();
+            self.pieces[self.n] = (dma, s.0.bv_len);
+            self.n += 1;
+            self.len += s.len();
         }
-        Ok(me)
+        // INVARIANT: The owner's segments are mapped, in order.
+        self.owner = Some(owner);
+        Ok(())
     }
 
-    /// Unmaps the pages and gives their owner back.
-    pub fn into_owner(self) -> O {
-        let mut me = ManuallyDrop::new(self);
-        me.unmap();
-        // SAFETY: `me` is never used or dropped again; the PD and the owner are moved out once.
-        unsafe {
-            core::ptr::drop_in_place(&raw mut me.pd);
-            ManuallyDrop::take(&mut me.owner)
-        }
+    /// Unmaps the pages and gives their owner back (`None` if none is lent).
+    pub fn take_back(&mut self) -> Option<O> {
+        self.unmap();
+        self.owner.take()
     }
 
-    /// The owner of the pages; it may read them while the device does.
-    pub fn owner(&self) -> &O {
-        &self.owner
+    /// Whether an owner is lent, its pages mapped.
+    pub fn is_lent(&self) -> bool {
+        self.owner.is_some()
     }
 
-    /// The bytes mapped, all segments end to end.
+    /// The owner of the pages, if lent; it may read them while the device does.
+    pub fn owner(&self) -> Option<&O> {
+        self.owner.as_ref()
+    }
+
+    /// The bytes mapped, all segments end to end (0 when no owner is lent).
     pub fn len(&self) -> usize {
         self.len
     }
@@ -271,11 +295,12 @@ impl<O: PageOwner> DmaLent<O> {
         self.n
     }
 
-    /// Whether nothing is mapped (never, once [`DmaLent::map`] succeeded).
+    /// Whether nothing is mapped (no owner is lent).
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
+    /// Undoes the mappings made (not the owner: the caller takes or drops it).
     fn unmap(&mut self) {
         let dev = self.pd.device().as_raw();
         for &(dma, len) in &self.pieces[..self.n] {
@@ -284,6 +309,7 @@ impl<O: PageOwner> DmaLent<O> {
             unsafe { bindings::ib_dma_unmap_page(dev, dma, len as usize, ToDevice::RAW) };
         }
         self.n = 0;
+        self.len = 0;
     }
 }
 
@@ -320,9 +346,8 @@ impl<O: PageOwner> super::Gather for DmaLent<O> {}
 
 impl<O: PageOwner> Drop for DmaLent<O> {
     fn drop(&mut self) {
+        // The pages are unmapped before the owner (a field) goes.
         self.unmap();
-        // SAFETY: Dropped once, here; the mapping is gone.
-        unsafe { ManuallyDrop::drop(&mut self.owner) };
     }
 }
 
