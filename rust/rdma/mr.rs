@@ -421,16 +421,22 @@ pub trait Region: private::Sealed {
     /// Moves to the next key (`ib_update_fast_reg_key(mr, ib_inc_rkey(rkey))`), so that a new
     /// registration does not revive an rkey a peer may still hold.
     fn bump_key(&mut self) {
-        self.keys_mut().bump_key();
+        self.keys_mut(private::Token(())).bump_key();
     }
 }
 
 mod private {
     /// Seals [`Region`](super::Region), and keeps its mutable access to the keys out of
     /// reach: swapping two MRs' keys would leave each registration over the other's memory.
+    /// The module cannot be named outside, but a trait object's supertrait methods are
+    /// callable without naming their trait (on a `&mut dyn Region`): only code that can
+    /// make a [`Token`] (this module's parent and its children) can call `keys_mut`.
     pub trait Sealed {
-        fn keys_mut(&mut self) -> &mut super::Keys;
+        fn keys_mut(&mut self, token: Token) -> &mut super::Keys;
     }
+
+    /// Proof that the caller is `mr` or one of its modules.
+    pub struct Token(pub(super) ());
 }
 
 /// The C object of an [`Mr`] and the memory it maps; dropping it deregisters the MR, then
@@ -642,7 +648,7 @@ impl Mr {
 }
 
 impl private::Sealed for Mr {
-    fn keys_mut(&mut self) -> &mut Keys {
+    fn keys_mut(&mut self, _: private::Token) -> &mut Keys {
         &mut self.raw.get_mut().keys
     }
 }

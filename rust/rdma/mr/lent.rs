@@ -309,7 +309,7 @@ impl<O: PageOwner> LentMr<O> {
 }
 
 impl<O: PageOwner> private::Sealed for LentMr<O> {
-    fn keys_mut(&mut self) -> &mut Keys {
+    fn keys_mut(&mut self, _: private::Token) -> &mut Keys {
         &mut self.raw.get_mut().keys
     }
 }
