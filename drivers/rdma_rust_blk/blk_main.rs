@@ -36,7 +36,7 @@ mod probe;
 mod proto;
 mod target;
 
-use initiator::{ConnectSpec, Disk, MAX_QUEUES};
+use initiator::{ConnectSpec, Disk, QueueStats, MAX_QUEUES};
 use probe::ProbeSpec;
 use proto::{Name, INLINE_MAX, MAX_DEPTH};
 use target::{Export, Volume, MAX_VOLUME};
@@ -549,15 +549,9 @@ fn status(s: &State, t: &mut Text) -> core::fmt::Result {
     writeln!(t, "disks:")?;
     for d in s.disks.lock().iter().flatten() {
         let c = &d.conn;
-        let (mut completed, mut errors, mut lent, mut copied) = (0, 0, 0, 0);
-        let (mut registered, mut bounced) = (0, 0);
+        let mut sum = QueueStats::default();
         for q in c.queues.iter() {
-            completed += q.stats.completed.load(Relaxed);
-            errors += q.stats.errors.load(Relaxed);
-            lent += q.stats.writes_lent.load(Relaxed);
-            copied += q.stats.writes_copied.load(Relaxed);
-            registered += q.stats.registered.load(Relaxed);
-            bounced += q.stats.bounced.load(Relaxed);
+            sum.add(&q.stats());
         }
         writeln!(
             t,
@@ -571,18 +565,18 @@ fn status(s: &State, t: &mut Text) -> core::fmt::Result {
             c.welcome.block_size,
             if c.dead_queues() == 0 { "live" } else { "failed" },
             c.in_flight(),
-            completed,
-            errors,
+            sum.completed,
+            sum.errors,
             c.timeouts.load(Relaxed),
-            lent,
-            copied,
-            registered,
-            bounced
+            sum.writes_lent,
+            sum.writes_copied,
+            sum.registered,
+            sum.bounced
         )?;
         write!(t, "    per_queue_completed=")?;
         for (i, q) in c.queues.iter().enumerate() {
             let sep = if i == 0 { "" } else { "," };
-            write!(t, "{sep}{}", q.stats.completed.load(Relaxed))?;
+            write!(t, "{sep}{}", q.stats().completed)?;
         }
         writeln!(t)?;
     }

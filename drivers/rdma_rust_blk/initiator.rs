@@ -26,7 +26,7 @@ use kernel::types::ARef;
 
 mod queue;
 
-pub(crate) use queue::IoQueue;
+pub(crate) use queue::{IoQueue, QueueStats};
 use queue::{IO_TIMEOUT_MS, KEEPALIVE_MS};
 
 /// How long address and route resolution may take.
@@ -298,13 +298,14 @@ pub(crate) fn connect_queue(spec: &ConnectSpec, index: u16) -> Result<(Arc<IoQue
         IoQueue::new(
             index,
             qp,
+            spec.depth,
             welcome.inline_max.min(INLINE_MAX),
             send_sge as usize - 1,
         ),
         GFP_KERNEL,
     )?;
     // From here `close` frees what the queue holds, on every path.
-    if let Err(e) = q.fill(id, &pd, spec.depth, spec.zerocopy) {
+    if let Err(e) = q.fill(id, &pd, spec.zerocopy) {
         q.close();
         return Err(e);
     }

@@ -34,9 +34,17 @@
 //! (with the MR): whichever completes second ends it, in the CQ's softirq handler. The answer
 //! can come first, so the invalidation it reports is kept ([`Invalidation`]) until the MR is
 //! back.
+//!
+//! Each tag's state ([`Slot`]) has a lock of its own, in an allocation of its own: a tag's
+//! submission and its two completions meet there, and nothing else does (blk-mq gives a tag to
+//! one block request at a time). The CPU that submits and the one whose softirq completes touch
+//! only the tags they work on, and each completion does its part of ending the request within
+//! one critical section ([`Slot::settle`]). The counts of the status file are the slots' too,
+//! summed when it is read ([`IoQueue::stats`]).
 
 use super::{Blk, IniEv};
 use crate::proto::{Command, Opcode, Response, CMD_LEN, INLINE_MAX, MAX_DISCARD, MAX_IO, RESP_LEN};
+use core::pin::Pin;
 use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use kernel::block::mq::{Op, Request};
 use kernel::page::PAGE_SIZE;
@@ -72,8 +80,8 @@ const KEEPALIVE_UNANSWERED_MS: u32 = 2 * KEEPALIVE_MS;
 pub(crate) struct IoQueue {
     index: u16,
     qp: Arc<Qp<Rts>>,
-    #[pin]
-    slots: SpinLockBh<KVec<Slot>>,
+    /// The tags' states, each under its own lock.
+    slots: KVec<Pin<KBox<SpinLockBh<Slot>>>>,
     /// Set once the connection failed: every request fails from then on.
     dead: AtomicBool,
     /// Largest I/O sent with its data inline (the target's offer, within [`INLINE_MAX`]).
@@ -83,7 +91,9 @@ pub(crate) struct IoQueue {
     lend_max: usize,
     #[pin]
     id: Mutex<Option<CmId<IniEv>>>,
-    pub(crate) stats: QueueStats,
+    /// Block requests failed before they reached a tag, or on a failed queue (the tags count
+    /// those that ended on an answer).
+    errors: AtomicU64,
     /// A probe's answer ([`PROBE_IDLE`], [`PROBE_WAITING`] or its status), and its signal,
     /// which a failure of the queue gives too (see `probe.rs`).
     probe: AtomicI64,
@@ -96,20 +106,32 @@ pub(crate) struct IoQueue {
     keepalive_sent: AtomicI64,
 }
 
-/// What a queue counts, for the status file.
-#[derive(Default)]
+/// What a queue counts, for the status file: a tag's counts, or their sum.
+#[derive(Default, Clone, Copy)]
 pub(crate) struct QueueStats {
     /// Block requests ended (an answer came back).
-    pub(crate) completed: AtomicU64,
+    pub(crate) completed: u64,
     /// Block requests failed.
-    pub(crate) errors: AtomicU64,
+    pub(crate) errors: u64,
     /// Inline writes sent from the block request's pages, and copied (too many segments).
-    pub(crate) writes_lent: AtomicU64,
-    pub(crate) writes_copied: AtomicU64,
+    pub(crate) writes_lent: u64,
+    pub(crate) writes_copied: u64,
     /// I/Os above the inline size whose pages were registered for the target, and copied
     /// through the bounce buffer (pages the MR cannot map).
-    pub(crate) registered: AtomicU64,
-    pub(crate) bounced: AtomicU64,
+    pub(crate) registered: u64,
+    pub(crate) bounced: u64,
+}
+
+impl QueueStats {
+    /// Adds `other`'s counts to these.
+    pub(crate) fn add(&mut self, other: &Self) {
+        self.completed += other.completed;
+        self.errors += other.errors;
+        self.writes_lent += other.writes_lent;
+        self.writes_copied += other.writes_copied;
+        self.registered += other.registered;
+        self.bounced += other.bounced;
+    }
 }
 
 /// No probe was sent on the queue.
@@ -133,6 +155,77 @@ struct Slot {
     inline_read: usize,
     /// Times the block request's timer ran out (every [`KEEPALIVE_MS`]).
     ticks: u32,
+    /// `close` has freed the tag's request: nothing of the tag is posted or lent any more.
+    closed: bool,
+    /// What the tag's submissions and answers counted.
+    counts: QueueStats,
+}
+
+/// What is left to do, outside a tag's lock, after [`Slot::settle`].
+enum Settled {
+    /// The tag's request or its answer is still out.
+    Waiting,
+    /// The block request ends, with this result; the tag is free again.
+    End(ARef<Request<Blk>>, Result),
+    /// The answer did not revoke the rkey of the buffer the command named: the queue fails.
+    Unrevoked,
+}
+
+impl Slot {
+    /// Finishes the tag's I/O if both its request and its answer are back. Under the tag's
+    /// lock, in softirq (a CQ handler).
+    ///
+    /// The target must have revoked the rkey of a command that named a buffer: without that
+    /// the buffer (the block request's pages, or the bounce buffer) is still open to it, and
+    /// the tag cannot be used again. The request and the block request then stay in the slot,
+    /// and the queue fails ([`Settled::Unrevoked`]), which ends the block request once nothing
+    /// reaches its pages.
+    fn settle(&mut self) -> Settled {
+        if self.io.is_none() || self.rq.is_none() || self.answer.is_none() {
+            return Settled::Waiting;
+        }
+        let (Some(wr), Some(rq), Some((status, inv))) =
+            (self.io.as_mut(), self.rq.as_mut(), self.answer.take())
+        else {
+            return Settled::Waiting;
+        };
+        let io = wr.data_mut();
+        let revoked = !io.op.names_buffer()
+            || inv.is_some_and(|i| io.named().is_some_and(|r| r.apply_invalidation(i)));
+        if !revoked {
+            return Settled::Unrevoked;
+        }
+        let mut result = if status == 0 {
+            Ok(())
+        } else {
+            Err(Error::from_errno(status))
+        };
+        if io.direct {
+            // Revoked: the pages are the block request's alone again (unmapping synced a
+            // read's data for the CPU).
+            io.unlend();
+        } else if result.is_ok() && io.op == Opcode::Read {
+            let len = io.len;
+            result = match io.mr.with_buf(|b| match b.get(..len) {
+                Some(b) => Request::copy_from_slice(rq, b),
+                None => Err(EINVAL),
+            }) {
+                Ok(r) => r,
+                Err(e) => Err(e),
+            };
+        }
+        self.owed = false;
+        self.counts.completed += 1;
+        if result.is_err() {
+            self.counts.errors += 1;
+        }
+        // The tag is free again once the lock is dropped, before its block request ends
+        // (blk-mq may reuse the tag at once).
+        match self.rq.take() {
+            Some(rq) => Settled::End(rq, result),
+            None => Settled::Waiting,
+        }
+    }
 }
 
 /// A tag's request: the command's buffer, the MR of the block request's pages and the MR of
@@ -203,27 +296,39 @@ struct Answer {
 }
 
 impl IoQueue {
-    /// A queue on `qp`, an established connection; [`IoQueue::fill`] gives it its requests.
+    /// A queue of `depth` tags on `qp`, an established connection; [`IoQueue::fill`] gives it
+    /// its requests.
     pub(super) fn new(
         index: u16,
         qp: Arc<Qp<Rts>>,
+        depth: u16,
         inline_max: u32,
         lend_max: usize,
     ) -> impl PinInit<Self, Error> {
         try_pin_init!(IoQueue {
             index,
             qp,
-            slots <- new_spinlock_bh!(KVec::new(), "rdma_rust_blk_slots"),
+            slots: Self::new_slots(depth)?,
             dead: AtomicBool::new(false),
             inline_max,
             lend_max,
             id <- new_mutex!(None, "rdma_rust_blk_queue_id"),
-            stats: QueueStats::default(),
+            errors: AtomicU64::new(0),
             probe: AtomicI64::new(PROBE_IDLE),
             probe_done <- Signal::new(),
             keepalive <- new_spinlock_bh!(None, "rdma_rust_blk_keepalive"),
             keepalive_sent: AtomicI64::new(0),
         }? Error)
+    }
+
+    /// `depth` empty tags.
+    fn new_slots(depth: u16) -> Result<KVec<Pin<KBox<SpinLockBh<Slot>>>>> {
+        let mut slots = KVec::with_capacity(depth as usize, GFP_KERNEL)?;
+        for _ in 0..depth {
+            let slot = new_spinlock_bh!(Slot::default(), "rdma_rust_blk_slot");
+            slots.push(KBox::pin_init(slot, GFP_KERNEL)?, GFP_KERNEL)?;
+        }
+        Ok(slots)
     }
 
     /// Whether the queue's connection failed.
@@ -233,7 +338,20 @@ impl IoQueue {
 
     /// Block requests in flight.
     pub(super) fn in_flight(&self) -> usize {
-        self.slots.lock().iter().filter(|s| s.rq.is_some()).count()
+        self.slots.iter().filter(|s| s.lock().rq.is_some()).count()
+    }
+
+    /// What the queue counted: its tags' counts and the failures outside them. Process
+    /// context.
+    pub(crate) fn stats(&self) -> QueueStats {
+        let mut sum = QueueStats {
+            errors: self.errors.load(Ordering::Relaxed),
+            ..QueueStats::default()
+        };
+        for s in self.slots.iter() {
+            sum.add(&s.lock().counts);
+        }
+        sum
     }
 
     /// The queue's index in its disk.
@@ -258,8 +376,7 @@ impl IoQueue {
         if may_sleep {
             let _ = self.qp.set_error();
         }
-        let n = self.slots.lock().len();
-        for tag in 0..n {
+        for tag in 0..self.slots.len() {
             self.end_failed(tag);
         }
     }
@@ -275,10 +392,14 @@ impl IoQueue {
     /// item after a CQ handler; blk-mq's timer then ends the block request (see
     /// [`IoQueue::ending`]).
     fn end_failed(&self, tag: usize) {
-        let taken = self.slots.lock().get_mut(tag).and_then(|s| {
+        let Some(slot) = self.slots.get(tag) else {
+            return;
+        };
+        let taken = {
+            let mut s = slot.lock();
             s.answer = None;
             s.rq.take()
-        });
+        };
         let Some(mut rq) = taken else {
             return;
         };
@@ -287,19 +408,17 @@ impl IoQueue {
             match Request::end(rq, Err(EIO)) {
                 Ok(()) => {
                     // Only on a failed queue, which reuses no tag: the flag is this request's.
-                    if let Some(s) = self.slots.lock().get_mut(tag) {
-                        s.owed = false;
-                    }
-                    self.stats.errors.fetch_add(1, Ordering::Relaxed);
+                    slot.lock().owed = false;
+                    self.errors.fetch_add(1, Ordering::Relaxed);
                     return;
                 }
                 Err(back) => rq = back,
             }
-            let mut slots = self.slots.lock();
-            // The slots are gone (`close`, after the drain): nothing is lent any more.
-            let Some(s) = slots.get_mut(tag) else {
+            let mut s = slot.lock();
+            // `close` freed the tag's request, after the drain: nothing is lent any more.
+            if s.closed {
                 continue;
-            };
+            }
             // Still posted: the SEND's completion ends it.
             let Some(wr) = s.io.as_mut() else {
                 s.rq = Some(rq);
@@ -310,18 +429,21 @@ impl IoQueue {
                 s.rq = Some(rq);
                 return;
             };
-            drop(slots);
+            drop(s);
             // Deregistered here in process context, else from a work item; the request's
             // reference goes after.
             drop(mr);
         }
-        match self.slots.lock().get_mut(tag) {
-            // The MR's deregistration was deferred: the next pass ends it.
-            Some(s) => s.rq = Some(rq),
-            None => pr_err!(
+        let mut s = slot.lock();
+        if s.closed {
+            drop(s);
+            pr_err!(
                 "queue {}: tag {tag}: a request cannot be ended\n",
                 self.index
-            ),
+            );
+        } else {
+            // The MR's deregistration was deferred: the next pass ends it.
+            s.rq = Some(rq);
         }
     }
 
@@ -329,7 +451,7 @@ impl IoQueue {
     /// deregistration was deferred, or its SEND is not back): blk-mq's timer comes back for
     /// it, and each pass ([`IoQueue::fail`]) tries again.
     pub(super) fn ending(&self, tag: usize) -> bool {
-        self.is_dead() && self.slots.lock().get(tag).is_some_and(|s| s.owed)
+        self.is_dead() && self.slots.get(tag).is_some_and(|s| s.lock().owed)
     }
 
     /// Disconnects, drains and frees the queue's requests. Process context.
@@ -342,11 +464,17 @@ impl IoQueue {
         let _ = self.qp.drain();
         // Everything posted is back: what the slots hold (requests that hold the queue) goes.
         drop(self.keepalive.lock().take());
-        let slots = core::mem::take(&mut *self.slots.lock());
-        for s in slots {
+        for slot in self.slots.iter() {
+            let (io, rq) = {
+                let mut s = slot.lock();
+                s.closed = true;
+                s.owed = false;
+                s.answer = None;
+                (s.io.take(), s.rq.take())
+            };
             // The request first: it may hold the block request's pages (never posted now).
-            drop(s.io);
-            if let Some(rq) = s.rq {
+            drop(io);
+            if let Some(rq) = rq {
                 let _ = Request::end(rq, Err(EIO));
             }
         }
@@ -381,15 +509,18 @@ impl IoQueue {
         } else {
             len > MAX_IO
         };
-        if self.dead.load(Ordering::Acquire) || too_long {
-            self.stats.errors.fetch_add(1, Ordering::Relaxed);
-            let _ = Request::end(rq, Err(EIO));
-            return Ok(());
-        }
-        let taken = self.slots.lock().get_mut(tag).and_then(|s| s.io.take());
+        let slot = match self.slots.get(tag) {
+            Some(slot) if !self.is_dead() && !too_long => slot,
+            _ => {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                let _ = Request::end(rq, Err(EIO));
+                return Ok(());
+            }
+        };
+        let taken = slot.lock().io.take();
         let Some(mut wr) = taken else {
             // The tag's request is still out (a timed-out request's) or the queue is closing.
-            self.stats.errors.fetch_add(1, Ordering::Relaxed);
+            self.errors.fetch_add(1, Ordering::Relaxed);
             let _ = Request::end(rq, Err(EIO));
             return Ok(());
         };
@@ -412,14 +543,6 @@ impl IoQueue {
                 }
                 None => false,
             };
-        if data {
-            let n = if io.direct {
-                &self.stats.registered
-            } else {
-                &self.stats.bounced
-            };
-            n.fetch_add(1, Ordering::Relaxed);
-        }
         let mut failed = None;
         if op == Opcode::Write && !io.direct {
             // The MR is not registered (its last rkey was revoked): the buffer is ours.
@@ -440,10 +563,8 @@ impl IoQueue {
                 }
             }
             if io.lent.is_lent() {
-                self.stats.writes_lent.fetch_add(1, Ordering::Relaxed);
                 CMD_LEN
             } else {
-                self.stats.writes_copied.fetch_add(1, Ordering::Relaxed);
                 match io.cmd.as_mut_slice().get_mut(CMD_LEN..CMD_LEN + len_u) {
                     Some(b) => failed = rq.copy_to_slice(b).err(),
                     None => failed = Some(EINVAL),
@@ -468,30 +589,40 @@ impl IoQueue {
             rkey,
         }
         .encode(io.cmd.as_mut_slice());
+        let (direct, lent) = (io.direct, io.lent.is_lent());
         if let Some(e) = failed {
             io.unlend();
-            self.slots.lock()[tag].io = Some(wr);
+            slot.lock().io = Some(wr);
             let _ = Request::end(rq, Err(e));
             return Ok(());
         }
         {
-            let mut s = self.slots.lock();
+            let mut guard = slot.lock();
             // Checked again under the lock: `fail` marks the queue dead before it sweeps the
             // slots, so a request stored here is either swept or sees the mark.
-            if self.dead.load(Ordering::Acquire) {
+            if self.is_dead() {
                 // The pages' references go before the block request ends.
                 wr.data_mut().unlend();
-                s[tag].io = Some(wr);
-                drop(s);
-                self.stats.errors.fetch_add(1, Ordering::Relaxed);
+                guard.io = Some(wr);
+                drop(guard);
+                self.errors.fetch_add(1, Ordering::Relaxed);
                 let _ = Request::end(rq, Err(EIO));
                 return Ok(());
             }
-            s[tag].rq = Some(rq);
-            s[tag].owed = true;
-            s[tag].answer = None;
-            s[tag].inline_read = if op == Opcode::ReadInline { len_u } else { 0 };
-            s[tag].ticks = 0;
+            let s = &mut *guard;
+            s.rq = Some(rq);
+            s.owed = true;
+            s.answer = None;
+            s.inline_read = if op == Opcode::ReadInline { len_u } else { 0 };
+            s.ticks = 0;
+            let c = &mut s.counts;
+            match op {
+                Opcode::WriteInline if lent => c.writes_lent += 1,
+                Opcode::WriteInline => c.writes_copied += 1,
+                _ if data && direct => c.registered += 1,
+                _ if data => c.bounced += 1,
+                _ => {}
+            }
         }
         let posted = self.qp.post_send(wr, |io, ops| {
             if let Some(r) = io.named() {
@@ -507,12 +638,12 @@ impl IoQueue {
             // Not posted: nothing registered, the pages come back.
             e.wr.data_mut().unlend();
             let rq = {
-                let mut s = self.slots.lock();
-                s[tag].io = Some(e.wr);
-                s[tag].owed = false;
-                s[tag].rq.take()
+                let mut s = slot.lock();
+                s.io = Some(e.wr);
+                s.owed = false;
+                s.rq.take()
             };
-            self.stats.errors.fetch_add(1, Ordering::Relaxed);
+            self.errors.fetch_add(1, Ordering::Relaxed);
             if let Some(rq) = rq {
                 let _ = Request::end(rq, Err(EIO));
             }
@@ -520,96 +651,49 @@ impl IoQueue {
         Ok(())
     }
 
-    /// Ends the block request of `tag` if both its answer and its request are back.
-    /// Softirq (the CQ handler).
-    fn complete(&self, tag: usize) {
-        let (mut wr, mut rq, (status, inv)) = {
-            let mut slots = self.slots.lock();
-            let Some(s) = slots.get_mut(tag) else {
-                return;
-            };
-            if s.io.is_none() || s.rq.is_none() || s.answer.is_none() {
-                return;
+    /// Does what [`Slot::settle`] left to do, outside the tag's lock. Softirq.
+    fn finish(&self, settled: Settled) {
+        match settled {
+            Settled::Waiting => {}
+            Settled::End(rq, result) => {
+                let _ = Request::end(rq, result);
             }
-            match (s.io.take(), s.rq.take(), s.answer.take()) {
-                (Some(io), Some(rq), Some(a)) => (io, rq, a),
-                _ => return,
-            }
-        };
-        let io = wr.data_mut();
-        let data = io.op.names_buffer();
-        let mut result = if status == 0 {
-            Ok(())
-        } else {
-            Err(Error::from_errno(status))
-        };
-        // The target must have revoked the rkey of a command that named a buffer: without
-        // that the buffer (the block request's pages, or the bounce buffer) is still open to
-        // it, and the tag cannot be used again. The queue fails, which ends the block request
-        // once nothing reaches its pages.
-        let revoked =
-            !data || inv.is_some_and(|i| io.named().is_some_and(|r| r.apply_invalidation(i)));
-        if !revoked {
-            {
-                let mut slots = self.slots.lock();
-                slots[tag].io = Some(wr);
-                slots[tag].rq = Some(rq);
-            }
-            self.fail(
+            Settled::Unrevoked => self.fail(
                 format_args!("an answer did not revoke the buffer's rkey"),
                 false,
-            );
-            return;
+            ),
         }
-        if io.direct {
-            // Revoked: the pages are the block request's alone again (unmapping synced a
-            // read's data for the CPU).
-            io.unlend();
-        } else if result.is_ok() && io.op == Opcode::Read {
-            let len = io.len;
-            result = match io.mr.with_buf(|b| match b.get(..len) {
-                Some(b) => Request::copy_from_slice(&mut rq, b),
-                None => Err(EINVAL),
-            }) {
-                Ok(r) => r,
-                Err(e) => Err(e),
-            };
-        }
-        // The tag is free again before its block request ends (blk-mq may reuse it at once).
-        {
-            let mut slots = self.slots.lock();
-            slots[tag].io = Some(wr);
-            slots[tag].owed = false;
-        }
-        if result.is_err() {
-            self.stats.errors.fetch_add(1, Ordering::Relaxed);
-        }
-        self.stats.completed.fetch_add(1, Ordering::Relaxed);
-        let _ = Request::end(rq, result);
     }
 
     /// Keeps `resp` for its tag, which must have a command out and no answer yet; an inline
     /// read's `data`, exactly what its command asked, goes into the block request's pages.
-    /// Returns the tag (`None` for a probe's answer); `EPROTO` if the answer does not fit the
-    /// tag's command. Softirq.
+    /// Finishes the tag's I/O if its request is back too ([`Slot::settle`]); `EPROTO` if the
+    /// answer does not fit the tag's command. Softirq.
     fn take_answer(
         &self,
         resp: Response,
         data: &[u8],
         inv: Option<Invalidation>,
-    ) -> Result<Option<usize>> {
-        let status = i64::from(resp.status);
-        let probed =
-            self.probe
-                .compare_exchange(PROBE_WAITING, status, Ordering::AcqRel, Ordering::Acquire);
-        if probed.is_ok() {
-            self.probe_done.complete();
-            return Ok(None);
+    ) -> Result<Settled> {
+        // Read first: only a probe's queue ever waits, and the exchange would take the
+        // line from other CPUs on every answer.
+        if self.probe.load(Ordering::Acquire) == PROBE_WAITING {
+            let status = i64::from(resp.status);
+            let probed = self.probe.compare_exchange(
+                PROBE_WAITING,
+                status,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+            if probed.is_ok() {
+                self.probe_done.complete();
+                return Ok(Settled::Waiting);
+            }
         }
-        let tag = resp.tag as usize;
-        let mut slots = self.slots.lock();
-        let s = slots.get_mut(tag).ok_or(EPROTO)?;
-        if s.answer.is_some() {
+        let slot = self.slots.get(resp.tag as usize).ok_or(EPROTO)?;
+        let mut guard = slot.lock();
+        let s = &mut *guard;
+        if s.answer.is_some() || s.closed {
             return Err(EPROTO);
         }
         let rq = s.rq.as_mut().ok_or(EPROTO)?;
@@ -626,7 +710,7 @@ impl IoQueue {
             return Err(EPROTO);
         }
         s.answer = Some((status, inv));
-        Ok(Some(tag))
+        Ok(s.settle())
     }
 
     /// Sends one raw command on a queue that serves no disk (tag 0's request, with its MR
@@ -639,9 +723,8 @@ impl IoQueue {
         }
         let mut wr = self
             .slots
-            .lock()
-            .get_mut(0)
-            .and_then(|s| s.io.take())
+            .first()
+            .and_then(|s| s.lock().io.take())
             .ok_or(EBUSY)?;
         self.probe.store(PROBE_WAITING, Ordering::Release);
         self.probe_done.reinit();
@@ -679,8 +762,8 @@ impl IoQueue {
             Ok(())
         });
         if let Err(e) = posted {
-            if let Some(s) = self.slots.lock().get_mut(0) {
-                s.io = Some(e.wr);
+            if let Some(s) = self.slots.first() {
+                s.lock().io = Some(e.wr);
             }
             self.probe.store(PROBE_IDLE, Ordering::Release);
             return Err(e.err);
@@ -708,12 +791,13 @@ impl IoQueue {
     /// [`KEEPALIVE_UNANSWERED_MS`] fails the queue: the device has stopped retrying without
     /// reporting it.
     pub(super) fn tick(&self, tag: usize) -> bool {
-        let ticks = match self.slots.lock().get_mut(tag) {
-            Some(s) => {
-                s.ticks += 1;
-                s.ticks
-            }
-            None => return false,
+        let Some(slot) = self.slots.get(tag) else {
+            return false;
+        };
+        let ticks = {
+            let mut s = slot.lock();
+            s.ticks += 1;
+            s.ticks
         };
         if ticks * KEEPALIVE_MS >= IO_TIMEOUT_MS || self.dead.load(Ordering::Acquire) {
             return false;
@@ -785,18 +869,30 @@ impl Completion for Io {
         // The device has read an inline write's pages: unmapped, and their reference to the
         // block request dropped, before the tag's request is back (see `end_failed`).
         drop(wr.data_mut().lent.take_back());
-        // Back in its slot in every case: a failed queue's requests are freed from there.
-        if let Some(s) = q.slots.lock().get_mut(tag) {
+        let Some(slot) = q.slots.get(tag) else {
+            return;
+        };
+        let settled = {
+            let mut s = slot.lock();
+            if s.closed {
+                // Nothing is posted after `close`'s drain: a request of another life.
+                drop(s);
+                drop(wr);
+                return;
+            }
+            // Back in its slot in every case: a failed queue's requests are freed from there.
             s.io = Some(wr);
-        }
+            if wc.is_ok() && !q.is_dead() {
+                s.settle()
+            } else {
+                Settled::Waiting
+            }
+        };
+        q.finish(settled);
         q.check(wc, "a command");
-        if q.dead.load(Ordering::Acquire) {
+        if q.is_dead() {
             // `fail` could not end a request whose pages were lent: it ends here.
             q.end_failed(tag);
-            return;
-        }
-        if wc.is_ok() {
-            q.complete(tag);
         }
     }
 }
@@ -827,8 +923,7 @@ impl Completion for Answer {
         };
         IoQueue::post_answer(wr);
         match taken {
-            Ok(Some(tag)) => q.complete(tag),
-            Ok(None) => {}
+            Ok(settled) => q.finish(settled),
             Err(_) => q.fail(
                 format_args!("the target sent {n} bytes that are not an answer to a command"),
                 false,
@@ -841,18 +936,11 @@ impl IoQueue {
     /// Takes the queue's id, for `close`, then makes the queue's requests: one per tag, with
     /// its bounce buffer and (`direct`) an MR for block requests' pages; one answer receive
     /// per tag. After a failure `close` frees what was made.
-    pub(super) fn fill(
-        self: &Arc<Self>,
-        id: CmId<IniEv>,
-        pd: &Arc<Pd>,
-        depth: u16,
-        direct: bool,
-    ) -> Result {
+    pub(super) fn fill(self: &Arc<Self>, id: CmId<IniEv>, pd: &Arc<Pd>, direct: bool) -> Result {
         let q = self;
         *q.id.lock() = Some(id);
-        let mut slots = KVec::with_capacity(depth as usize, GFP_KERNEL)?;
         let max_pages = (MAX_IO as usize / PAGE_SIZE + 1) as u32;
-        for tag in 0..depth {
+        for (tag, slot) in (0u16..).zip(q.slots.iter()) {
             let mut mr = Mr::new(pd, max_pages)?;
             mr.map(DmaBuf::new(pd, MAX_IO as usize, GFP_KERNEL)?)
                 .map_err(|(e, _)| e)?;
@@ -871,17 +959,10 @@ impl IoQueue {
                 len: 0,
                 direct: false,
             };
-            slots.push(
-                Slot {
-                    io: Some(Wr::new(io, GFP_KERNEL)?),
-                    ..Slot::default()
-                },
-                GFP_KERNEL,
-            )?;
+            slot.lock().io = Some(Wr::new(io, GFP_KERNEL)?);
         }
-        *q.slots.lock() = slots;
         *q.keepalive.lock() = Some(Wr::new(KeepAlive { q: q.clone() }, GFP_KERNEL)?);
-        for _ in 0..depth {
+        for _ in q.slots.iter() {
             let a = Answer {
                 q: q.clone(),
                 buf: DmaBuf::<FromDevice>::alloc(pd, RESP_LEN + INLINE_MAX as usize, GFP_KERNEL)?,
