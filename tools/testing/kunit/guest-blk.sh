@@ -406,10 +406,11 @@ back_to_resources() {
 # rmmod under I/O, which b sees as its connections ending.
 BLK_PEER_A=10.88.0.1 BLK_PEER_B=10.88.0.2
 
-# blk_peer_says PORT WORD: the other guest said WORD on PORT.
+# blk_peer_says PORT WORD [SECS]: the other guest said WORD on PORT (within
+# SECS, 180 by default).
 blk_peer_says() {
 	local w
-	w=$(nc_recv "$1")
+	w=$(nc_recv "$1" "${3:-180}")
 	[ "$w" = "$2" ] || { echo "expected '$2' from the peer on port $1, got '$w'"; return 1; }
 }
 # peer-b: a unloaded its module under I/O; its connections end here within 30 s.
@@ -447,7 +448,9 @@ mode_blk_peer_b() {
 	check blk_rxe0_on_eth0 blk_have_rxe0
 	check blk_insmod insmod $BLK_KO
 	check blk_export_for_peer blk_target_serve 5040
-	check blk_peer_checks_done blk_peer_says 5041 done
+	# All of a's checks on the disk come first: 140-190 s on the debug kernel
+	# (a run over 180 s once timed the wait out, and every later step with it).
+	check blk_peer_checks_done blk_peer_says 5041 done 600
 	check blk_rmmod_under_peer_io blk_target_fault 5042 timeout 60 rmmod rdma_rust_blk
 	check blk_link_delete_under_peer_io blk_target_fault 5044 timeout 60 rdma link delete rxe0
 	# a's rmmod under I/O: its connections end here too.

@@ -26,8 +26,9 @@ nc_send() {
 	done
 	return 1
 }
-# nc_recv PORT: what one sender hands to PORT (waits up to 180 s)
-nc_recv() { timeout 180 nc -l -p "$1" < /dev/null; }
+# nc_recv PORT [SECS]: what one sender hands to PORT (waits up to SECS, 180 s
+# by default)
+nc_recv() { timeout "${2:-180}" nc -l -p "$1" < /dev/null; }
 # ulp_server_clean ID COUNT: a server run received COUNT messages, all intact
 ulp_server_clean() {
 	ulp_row "$1"
