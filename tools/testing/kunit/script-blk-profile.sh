@@ -24,11 +24,11 @@ nvme=$(blkb_nvme_up) || { bench_say "fail case=profile side=peer round=0 (nvme-r
 rrbd=$(blkb_rrbd_up) || { bench_say "fail case=profile side=ulp round=0 (rdma_rust_blk)"; blkb_nvme_down; return; }
 echo 0 > /proc/sys/kernel/kptr_restrict
 echo -1 > /proc/sys/kernel/perf_event_paranoid
-# hw_snap FILE: rxe0's hardware counters, one "name value" per line.
+# hw_snap FILE: rxe0's non-zero hardware counters (guest-init.sh's
+# `counters`), one "name value" per line; the delta below reads an absent
+# one as 0.
 hw_snap() {
-	for f in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do
-		echo "${f##*/} $(cat "$f")"
-	done > "$1"
+	counters rxe0 | tr ' ' '\n' | tr = ' ' | grep . > "$1"
 }
 # prof_report FILE SORT LIMIT [ARGS...]: perf's table, without its comments.
 prof_report() {
@@ -56,7 +56,7 @@ for c in $PROF_CASES; do
 			# What rxe did meanwhile, per I/O: packets, retries, NAKs.
 			awk -v ios="$(grep -o 'issued rwts: total=[0-9]*,[0-9]*' /tmp/fio.out | tr -dc '0-9,' | tr , +)" '
 				BEGIN { n = 0; split(ios, p, "+"); for (i in p) n += p[i] }
-				NR == FNR { b[$1] = $2; next }
+				FILENAME == ARGV[1] { b[$1] = $2; next }
 				$2 != b[$1] { printf "rxe0 %s +%d (%.2f per I/O)\n", $1, $2 - b[$1], ($2 - b[$1]) / (n > 0 ? n : 1) }
 			' /tmp/hw.before /tmp/hw.after
 			prof_report $data sym 0.4 | head -40
