@@ -70,7 +70,7 @@ impl Qp<Rts> {
         let _ticket: PostTicket<'_> = or_cancel!(shared.admit(p.owner()), p);
         or_cancel!(reserve(&shared.sq_used, n, inner.sq_slots), p);
         p.set_slots(n);
-        shared.posted.store(true, Ordering::Release);
+        shared.mark_posted();
         // Nothing of the request may be touched once the device has it: the MRs it registers
         // or invalidates change state now (and back if it is refused).
         ops.apply();
@@ -129,7 +129,7 @@ impl<S: CanRecv> Qp<S> {
         let _ticket: PostTicket<'_> = or_cancel!(shared.admit(p.owner()), p);
         or_cancel!(reserve(&shared.rq_used, 1, inner.caps.recv_depth), p);
         p.set_slots(1);
-        shared.posted.store(true, Ordering::Release);
+        shared.mark_posted();
         let rwr = ops.raw(p.cqe());
         // SAFETY: `ptr` is valid; `rwr` and its scatter list are valid for the call (the driver
         // copies them); the memory belongs to the request, which the device owns from now on.
