@@ -172,6 +172,17 @@ enum Settled {
 }
 
 impl Slot {
+    /// Puts the tag's request back; on a slot that `close` freed, hands it back instead, to be
+    /// dropped once the lock is (it holds the queue: kept here, it would keep the queue alive).
+    #[must_use]
+    fn put_back(&mut self, wr: Wr<Io>) -> Option<Wr<Io>> {
+        if self.closed {
+            return Some(wr);
+        }
+        self.io = Some(wr);
+        None
+    }
+
     /// Finishes the tag's I/O if both its request and its answer are back. Under the tag's
     /// lock, in softirq (a CQ handler).
     ///
@@ -592,7 +603,8 @@ impl IoQueue {
         let (direct, lent) = (io.direct, io.lent.is_lent());
         if let Some(e) = failed {
             io.unlend();
-            slot.lock().io = Some(wr);
+            let late = slot.lock().put_back(wr);
+            drop(late);
             let _ = Request::end(rq, Err(e));
             return Ok(());
         }
@@ -603,8 +615,9 @@ impl IoQueue {
             if self.is_dead() {
                 // The pages' references go before the block request ends.
                 wr.data_mut().unlend();
-                guard.io = Some(wr);
+                let late = guard.put_back(wr);
                 drop(guard);
+                drop(late);
                 self.errors.fetch_add(1, Ordering::Relaxed);
                 let _ = Request::end(rq, Err(EIO));
                 return Ok(());
@@ -637,12 +650,12 @@ impl IoQueue {
         if let Err(mut e) = posted {
             // Not posted: nothing registered, the pages come back.
             e.wr.data_mut().unlend();
-            let rq = {
+            let (late, rq) = {
                 let mut s = slot.lock();
-                s.io = Some(e.wr);
                 s.owed = false;
-                s.rq.take()
+                (s.put_back(e.wr), s.rq.take())
             };
+            drop(late);
             self.errors.fetch_add(1, Ordering::Relaxed);
             if let Some(rq) = rq {
                 let _ = Request::end(rq, Err(EIO));
@@ -763,7 +776,8 @@ impl IoQueue {
         });
         if let Err(e) = posted {
             if let Some(s) = self.slots.first() {
-                s.lock().io = Some(e.wr);
+                let late = s.lock().put_back(e.wr);
+                drop(late);
             }
             self.probe.store(PROBE_IDLE, Ordering::Release);
             return Err(e.err);
@@ -874,14 +888,14 @@ impl Completion for Io {
         };
         let settled = {
             let mut s = slot.lock();
-            if s.closed {
-                // Nothing is posted after `close`'s drain: a request of another life.
+            // Back in its slot in every case: a failed queue's requests are freed from there.
+            // (Nothing is posted after `close`'s drain: one that comes back to a closed slot
+            // is dropped.)
+            if let Some(late) = s.put_back(wr) {
                 drop(s);
-                drop(wr);
+                drop(late);
                 return;
             }
-            // Back in its slot in every case: a failed queue's requests are freed from there.
-            s.io = Some(wr);
             if wc.is_ok() && !q.is_dead() {
                 s.settle()
             } else {
