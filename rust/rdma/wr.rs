@@ -94,11 +94,13 @@ use core::{
     sync::atomic::{AtomicU64, Ordering},
 };
 
+mod fixed;
 mod post;
 mod recv;
 mod send;
 mod wait;
 
+use fixed::FixedVec;
 pub use recv::RecvOps;
 pub(crate) use send::Chain;
 pub use send::SendOps;
@@ -383,17 +385,16 @@ unsafe fn flush_orphan<T: Completion>(raw: *mut core::ffi::c_void) {
     T::done(wr, &Wc::flushed().failed_before(first));
 }
 
-/// Appends the scatter/gather entries that describe `range` of `mem` to `out` (from index
-/// `*used` on), after syncing it for the device; returns how many were added.
+/// Appends the scatter/gather entries that describe `range` of `mem` to `out`, after syncing
+/// it for the device; returns how many were added.
 ///
 /// `EINVAL` when `mem` is mapped for another PD than `pd`, when `range` is empty or not inside
-/// `mem`, or when `out` has no room left.
-pub(crate) fn add_sges<M: Mapped + ?Sized>(
+/// `mem`, or when `out` has no room left; `out` is then as it was.
+pub(crate) fn add_sges<M: Mapped + ?Sized, const N: usize>(
     mem: &M,
     range: Range<usize>,
     pd: PdKey,
-    out: &mut [bindings::ib_sge],
-    used: &mut usize,
+    out: &mut FixedVec<bindings::ib_sge, N>,
 ) -> Result<usize> {
     pd.check(mem.pd())?;
     let r = span(
@@ -401,23 +402,27 @@ pub(crate) fn add_sges<M: Mapped + ?Sized>(
         range.end.saturating_sub(range.start),
         mem.size(),
     )?;
-    let first = *used;
+    let first = out.len();
     let mut at = r.start;
     while at < r.end {
         let (addr, length) = mem.piece_for_device(at, r.end);
-        let slot = out.get_mut(*used).ok_or(EINVAL)?;
-        if length == 0 {
-            return Err(EINVAL);
-        }
-        *slot = bindings::ib_sge {
-            addr,
-            length,
-            lkey: pd.lkey,
+        let pushed = if length == 0 {
+            Err(EINVAL)
+        } else {
+            out.push(bindings::ib_sge {
+                addr,
+                length,
+                lkey: pd.lkey,
+            })
         };
-        *used += 1;
+        if let Err(e) = pushed {
+            // The operation's list stays contiguous if its owner goes on after the error.
+            out.truncate(first);
+            return Err(e);
+        }
         at += length as usize;
     }
-    Ok(*used - first)
+    Ok(out.len() - first)
 }
 
 /// A post that the device did not accept: the error, and the request, given back unposted.

@@ -4,7 +4,7 @@
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 
-use super::add_sges;
+use super::{add_sges, FixedVec};
 use crate::{
     bindings,
     error::{code::EINVAL, Result},
@@ -21,8 +21,7 @@ use core::{marker::PhantomData, ops::Range};
 /// buffer cannot be named twice, nor be read by anyone else while the receive is posted.
 pub struct RecvOps<'a> {
     pd: PdKey,
-    sges: [bindings::ib_sge; MAX_RECV_SGE],
-    n: usize,
+    sges: FixedVec<bindings::ib_sge, MAX_RECV_SGE>,
     _p: PhantomData<&'a mut ()>,
 }
 
@@ -30,8 +29,7 @@ impl<'a> RecvOps<'a> {
     pub(crate) fn new(pd: &Pd) -> Self {
         Self {
             pd: PdKey::of(pd),
-            sges: [bindings::ib_sge::default(); MAX_RECV_SGE],
-            n: 0,
+            sges: FixedVec::new(),
             _p: PhantomData,
         }
     }
@@ -45,13 +43,14 @@ impl<'a> RecvOps<'a> {
         dst: &'a mut M,
         range: Range<usize>,
     ) -> Result<&mut Self> {
-        add_sges(&*dst, range, self.pd, &mut self.sges, &mut self.n)?;
+        add_sges(&*dst, range, self.pd, &mut self.sges)?;
         Ok(self)
     }
 
     /// Total bytes the scatter list can take.
     pub fn len(&self) -> u64 {
-        self.sges[..self.n]
+        self.sges
+            .as_slice()
             .iter()
             .map(|s| u64::from(s.length))
             .sum()
@@ -59,12 +58,13 @@ impl<'a> RecvOps<'a> {
 
     /// Whether no memory was added.
     pub fn is_empty(&self) -> bool {
-        self.n == 0
+        self.sges.is_empty()
     }
 
     /// `EINVAL` unless the list has between one and `max_sge` entries (the queue's limit).
     pub(crate) fn check(&self, max_sge: u32) -> Result {
-        if self.n == 0 || self.n > max_sge as usize {
+        let n = self.sges.len();
+        if n == 0 || n > max_sge as usize {
             return Err(EINVAL);
         }
         Ok(())
@@ -76,7 +76,7 @@ impl<'a> RecvOps<'a> {
             next: core::ptr::null_mut(),
             __bindgen_anon_1: bindings::ib_recv_wr__bindgen_ty_1 { wr_cqe: cqe },
             sg_list: self.sges.as_mut_ptr(),
-            num_sge: self.n as i32,
+            num_sge: self.sges.len() as i32,
         }
     }
 }

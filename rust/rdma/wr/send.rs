@@ -4,14 +4,14 @@
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 
-use super::{add_sges, MAX_OPS};
+use super::{add_sges, FixedVec, MAX_OPS};
 use crate::{
     bindings,
     error::{code::*, Result},
     rdma::{
         ah::Ah,
         dma::{DeviceReads, DmaBuf, Gather, Mapped, Scatter, MAX_SGE},
-        mr::{Access, Keys, Mr, Region, Remote},
+        mr::{Access, Mr, Region, Remote},
         pd::{Pd, PdKey},
         qp::{QpInner, QpType},
     },
@@ -111,68 +111,107 @@ pub(crate) struct Chain {
 /// ```
 pub struct SendOps<'a> {
     pd: PdKey,
-    wrs: [RawSendWr; MAX_OPS],
-    lists: [List; MAX_OPS],
-    /// The first entry of operation `i` in `sges`, and how many it has.
-    first: [usize; MAX_OPS],
-    count: [usize; MAX_OPS],
-    sges: [bindings::ib_sge; MAX_SGE],
-    used: usize,
-    n: usize,
-    inline_len: [u32; MAX_OPS],
-    ud_ops: usize,
-    chains: [Option<Chain>; MAX_OPS],
-    /// Registration states of MRs to update once the device has taken the request.
-    marks: [Option<(&'a AtomicBool, bool)>; MAX_OPS],
+    ops: FixedVec<Op<'a>, MAX_OPS>,
+    /// The memory pieces of all operations, each operation's in one run.
+    sges: FixedVec<bindings::ib_sge, MAX_SGE>,
     /// An operation that only iWARP has (READ with invalidate) is in the list.
     iwarp_only: bool,
     _p: PhantomData<&'a mut ()>,
 }
 
+/// One operation of a [`SendOps`], and what checking and posting it needs.
+#[derive(Clone, Copy)]
+struct Op<'a> {
+    wr: RawSendWr,
+    list: List,
+    /// Its first entry in [`SendOps::sges`], and how many it has.
+    first: usize,
+    count: usize,
+    /// The bytes of an inline SEND (at most the QP's `max_inline`), else 0.
+    inline_len: u32,
+    /// A UD SEND (which only a UD QP takes, and which is all a UD QP takes).
+    ud: bool,
+    /// The chain of a [`List::Chain`] operation.
+    chain: Option<Chain>,
+    /// The registration state of an MR this operation registers or invalidates, to update
+    /// once the device has taken the request.
+    mark: Option<(&'a AtomicBool, bool)>,
+}
+
 impl<'a> SendOps<'a> {
     pub(crate) fn new(pd: &Pd) -> Self {
-        // SAFETY: All-zeroes is a valid value of these plain C structs (null pointers, zero
-        // counts and opcodes); every used field is set before posting.
-        let wrs = unsafe { core::mem::zeroed() };
         Self {
             pd: PdKey::of(pd),
-            wrs,
-            lists: [List::Fixed; MAX_OPS],
-            first: [0; MAX_OPS],
-            count: [0; MAX_OPS],
-            sges: [bindings::ib_sge::default(); MAX_SGE],
-            used: 0,
-            n: 0,
-            inline_len: [0; MAX_OPS],
-            ud_ops: 0,
-            chains: [None; MAX_OPS],
-            marks: [None; MAX_OPS],
+            ops: FixedVec::new(),
+            sges: FixedVec::new(),
             iwarp_only: false,
             _p: PhantomData,
         }
     }
 
-    /// Starts operation `opcode`, whose list is of kind `list`.
-    fn push(&mut self, opcode: bindings::ib_wr_opcode, list: List) -> Result<&mut RawSendWr> {
-        let i = self.n;
-        if i >= MAX_OPS {
-            return Err(EINVAL);
-        }
-        self.n += 1;
-        self.lists[i] = list;
-        self.first[i] = self.used;
-        self.count[i] = 0;
-        let wr = &mut self.wrs[i];
+    /// Starts operation `opcode`, whose list is of kind `list` and empty.
+    fn push(&mut self, opcode: bindings::ib_wr_opcode, list: List) -> Result<&mut Op<'a>> {
+        // SAFETY: All-zeroes is a valid value of these plain C structs (null pointers, zero
+        // counts, flags and opcodes); every field the operation uses is set before posting.
+        let mut wr: RawSendWr = unsafe { core::mem::zeroed() };
         wr.send.opcode = opcode;
-        Ok(wr)
+        self.ops.push(Op {
+            wr,
+            list,
+            first: self.sges.len(),
+            count: 0,
+            inline_len: 0,
+            ud: false,
+            chain: None,
+            mark: None,
+        })
     }
 
-    /// Adds `range` of `mem` to the list of the last operation.
-    fn add<M: Mapped + ?Sized>(&mut self, mem: &M, range: Range<usize>) -> Result {
-        let i = self.n.checked_sub(1).ok_or(EINVAL)?;
-        let added = add_sges(mem, range, self.pd, &mut self.sges, &mut self.used)?;
-        self.count[i] += added;
-        Ok(())
+    /// The operation added last.
+    fn last(&mut self) -> Result<&mut Op<'a>> {
+        self.ops.last_mut().ok_or(EINVAL)
+    }
+
+    /// Starts operation `opcode`, whose list (of kind `list`) is `range` of `mem`. On failure
+    /// the operations are as they were.
+    fn push_mem<M: Mapped + ?Sized>(
+        &mut self,
+        opcode: bindings::ib_wr_opcode,
+        list: List,
+        mem: &M,
+        range: Range<usize>,
+    ) -> Result<&mut Op<'a>> {
+        let n = self.ops.len();
+        self.push(opcode, list)?;
+        match add_sges(mem, range, self.pd, &mut self.sges) {
+            Ok(count) => {
+                let op = self.last()?;
+                op.count = count;
+                Ok(op)
+            }
+            Err(e) => {
+                self.ops.truncate(n);
+                Err(e)
+            }
+        }
+    }
+
+    /// Starts operation `opcode`, whose list is the one entry `sge` (named by the caller
+    /// through an lkey or a CPU address). On failure the operations are as they were.
+    fn push_sge(
+        &mut self,
+        opcode: bindings::ib_wr_opcode,
+        sge: bindings::ib_sge,
+    ) -> Result<&mut Op<'a>> {
+        let n = self.ops.len();
+        self.push(opcode, List::Fixed)?;
+        if let Err(e) = self.sges.push(sge) {
+            self.ops.truncate(n);
+            return Err(e);
+        }
+        let op = self.last()?;
+        op.count = 1;
+        Ok(op)
     }
 
     /// Starts an operation whose list gathers `range` of `src`.
@@ -182,9 +221,7 @@ impl<'a> SendOps<'a> {
         src: &'a M,
         range: Range<usize>,
     ) -> Result<&mut RawSendWr> {
-        self.push(opcode, List::Gather)?;
-        self.add(src, range)?;
-        Ok(&mut self.wrs[self.n - 1])
+        Ok(&mut self.push_mem(opcode, List::Gather, src, range)?.wr)
     }
 
     /// SEND `range` of `src`.
@@ -217,10 +254,11 @@ impl<'a> SendOps<'a> {
         mem: &M,
         range: Range<usize>,
     ) -> Result<&mut Self> {
-        if self.n == 0 || self.lists[self.n - 1] != list {
+        let op = self.ops.last_mut().ok_or(EINVAL)?;
+        if op.list != list {
             return Err(EINVAL);
         }
-        self.add(mem, range)?;
+        op.count += add_sges(mem, range, self.pd, &mut self.sges)?;
         Ok(self)
     }
 
@@ -270,19 +308,12 @@ impl<'a> SendOps<'a> {
     ) -> Result<&mut Self> {
         self.pd.check(buf.pd())?;
         let (addr, length) = buf.inline_piece(range)?;
-        let slot = self.used;
-        if slot >= MAX_SGE {
-            return Err(EINVAL);
-        }
-        let i = self.n;
         let lkey = self.pd.lkey;
-        let wr = self.push(bindings::ib_wr_opcode_IB_WR_SEND, List::Fixed)?;
+        let sge = bindings::ib_sge { addr, length, lkey };
+        let op = self.push_sge(bindings::ib_wr_opcode_IB_WR_SEND, sge)?;
         // SAFETY: `send` is the common prefix of every variant.
-        unsafe { wr.send.send_flags |= bindings::ib_send_flags_IB_SEND_INLINE };
-        self.sges[slot] = bindings::ib_sge { addr, length, lkey };
-        self.used += 1;
-        self.count[i] = 1;
-        self.inline_len[i] = length;
+        unsafe { op.wr.send.send_flags |= bindings::ib_send_flags_IB_SEND_INLINE };
+        op.inline_len = length;
         Ok(self)
     }
 
@@ -333,12 +364,12 @@ impl<'a> SendOps<'a> {
         qkey: u32,
     ) -> Result<&mut RawSendWr> {
         self.pd.check(ah.pd())?;
-        let wr = self.gathering(op, src, range)?;
-        wr.ud.ah = ah.as_raw();
-        wr.ud.remote_qpn = qpn;
-        wr.ud.remote_qkey = qkey;
-        self.ud_ops += 1;
-        Ok(&mut self.wrs[self.n - 1])
+        let op = self.push_mem(op, List::Gather, src, range)?;
+        op.wr.ud.ah = ah.as_raw();
+        op.wr.ud.remote_qpn = qpn;
+        op.wr.ud.remote_qkey = qkey;
+        op.ud = true;
+        Ok(&mut op.wr)
     }
 
     /// RDMA WRITE `range` of `src` to `remote`.
@@ -359,8 +390,8 @@ impl<'a> SendOps<'a> {
     /// the peer lives and fails with `RetryExcErr` once it is gone, after the QP's retries.
     /// RC only.
     pub fn keepalive(&mut self) -> Result<&mut Self> {
-        let wr = self.push(bindings::ib_wr_opcode_IB_WR_RDMA_WRITE, List::Fixed)?;
-        set_remote(wr, Remote { addr: 0, rkey: 0 });
+        let op = self.push(bindings::ib_wr_opcode_IB_WR_RDMA_WRITE, List::Fixed)?;
+        set_remote(&mut op.wr, Remote { addr: 0, rkey: 0 });
         Ok(self)
     }
 
@@ -387,9 +418,13 @@ impl<'a> SendOps<'a> {
         range: Range<usize>,
         remote: Remote,
     ) -> Result<&mut Self> {
-        self.push(bindings::ib_wr_opcode_IB_WR_RDMA_READ, List::Scatter)?;
-        self.add(&*dst, range)?;
-        set_remote(&mut self.wrs[self.n - 1], remote);
+        let op = self.push_mem(
+            bindings::ib_wr_opcode_IB_WR_RDMA_READ,
+            List::Scatter,
+            &*dst,
+            range,
+        )?;
+        set_remote(&mut op.wr, remote);
         Ok(self)
     }
 
@@ -406,9 +441,7 @@ impl<'a> SendOps<'a> {
             return Err(EINVAL);
         }
         let end = offset.checked_add(8).ok_or(EINVAL)?;
-        self.push(op, List::Fixed)?;
-        self.add(&*result, offset..end)?;
-        let wr = &mut self.wrs[self.n - 1];
+        let wr = &mut self.push_mem(op, List::Fixed, &*result, offset..end)?.wr;
         wr.atomic.remote_addr = remote.addr;
         wr.atomic.rkey = remote.rkey;
         wr.atomic.compare_add = add_or_cmp;
@@ -458,15 +491,9 @@ impl<'a> SendOps<'a> {
 
     /// Adds a chain the core prepared; the caller lends its context to the request for `'a`.
     pub(crate) fn chain(&mut self, chain: Chain) -> Result<&mut Self> {
-        let i = self.n;
-        self.push(bindings::ib_wr_opcode_IB_WR_RDMA_WRITE, List::Chain)?;
-        self.chains[i] = Some(chain);
+        let op = self.push(bindings::ib_wr_opcode_IB_WR_RDMA_WRITE, List::Chain)?;
+        op.chain = Some(chain);
         Ok(self)
-    }
-
-    /// Records that `mr`'s registration state becomes `registered` if the request is posted.
-    fn mark(&mut self, keys: &'a Keys, registered: bool) {
-        self.marks[self.n - 1] = Some((keys.registered(), registered));
     }
 
     /// Invalidate `mr`'s rkey locally (`IB_WR_LOCAL_INV`): remote access with it fails once
@@ -475,9 +502,9 @@ impl<'a> SendOps<'a> {
     pub fn local_inv<R: Region + ?Sized>(&mut self, mr: &'a R) -> Result<&mut Self> {
         let keys = mr.keys();
         self.pd.check(keys.pd())?;
-        let wr = self.push(bindings::ib_wr_opcode_IB_WR_LOCAL_INV, List::Fixed)?;
-        wr.send.ex.invalidate_rkey = keys.rkey();
-        self.mark(keys, false);
+        let op = self.push(bindings::ib_wr_opcode_IB_WR_LOCAL_INV, List::Fixed)?;
+        op.wr.send.ex.invalidate_rkey = keys.rkey();
+        op.mark = Some((keys.registered(), false));
         Ok(self)
     }
 
@@ -491,25 +518,18 @@ impl<'a> SendOps<'a> {
             return Err(EINVAL);
         }
         self.pd.check(mr.pd())?;
-        let slot = self.used;
-        if slot >= MAX_SGE {
-            return Err(EINVAL);
-        }
         let length = u32::try_from(mr.len()).map_err(|_| EINVAL)?;
-        let i = self.n;
-        let wr = self.push(bindings::ib_wr_opcode_IB_WR_RDMA_READ_WITH_INV, List::Fixed)?;
-        wr.send.ex.invalidate_rkey = mr.lkey();
-        set_remote(wr, remote);
         // The sink is named through the MR itself: its I/O virtual address and lkey.
-        self.sges[slot] = bindings::ib_sge {
+        let sink = bindings::ib_sge {
             addr: mr.iova(),
             length,
             lkey: mr.lkey(),
         };
-        self.used += 1;
-        self.count[i] = 1;
+        let op = self.push_sge(bindings::ib_wr_opcode_IB_WR_RDMA_READ_WITH_INV, sink)?;
+        op.wr.send.ex.invalidate_rkey = mr.lkey();
+        set_remote(&mut op.wr, remote);
+        op.mark = Some((mr.keys().registered(), false));
         self.iwarp_only = true;
-        self.mark(mr.keys(), false);
         Ok(self)
     }
 
@@ -531,11 +551,11 @@ impl<'a> SendOps<'a> {
             return Err(EBUSY);
         }
         self.pd.check(keys.pd())?;
-        let wr = self.push(bindings::ib_wr_opcode_IB_WR_REG_MR, List::Fixed)?;
-        wr.reg.mr = keys.as_raw();
-        wr.reg.key = keys.rkey();
-        wr.reg.access = (access | Access::LOCAL_WRITE).bits() as i32;
-        self.mark(keys, true);
+        let op = self.push(bindings::ib_wr_opcode_IB_WR_REG_MR, List::Fixed)?;
+        op.wr.reg.mr = keys.as_raw();
+        op.wr.reg.key = keys.rkey();
+        op.wr.reg.access = (access | Access::LOCAL_WRITE).bits() as i32;
+        op.mark = Some((keys.registered(), true));
         keys.stamp_registration();
         Ok(self)
     }
@@ -544,23 +564,28 @@ impl<'a> SendOps<'a> {
     /// one in its place for [`SendOps::revert`]. Called before posting: once the device has
     /// the request, its completion may free those MRs at any moment.
     pub(crate) fn apply(&mut self) {
-        for (state, registered) in self.marks[..self.n].iter_mut().flatten() {
+        let marks = self
+            .ops
+            .as_mut_slice()
+            .iter_mut()
+            .filter_map(|op| op.mark.as_mut());
+        for (state, registered) in marks {
             *registered = state.swap(*registered, Ordering::AcqRel);
         }
     }
 
     /// Undoes [`SendOps::apply`]: the device did not take the request.
     pub(crate) fn revert(&self) {
-        for (state, registered) in self.marks[..self.n].iter().rev().flatten() {
-            state.store(*registered, Ordering::Release);
+        for (state, registered) in self.ops.as_slice().iter().rev().filter_map(|op| op.mark) {
+            state.store(registered, Ordering::Release);
         }
     }
 
     fn flag(&mut self, set: i32, clear: i32) -> &mut Self {
-        if let Some(wr) = self.n.checked_sub(1).map(|i| &mut self.wrs[i]) {
+        if let Some(op) = self.ops.last_mut() {
             // SAFETY: `send` is the common prefix of every variant.
             unsafe {
-                wr.send.send_flags = (wr.send.send_flags | set) & !clear;
+                op.wr.send.send_flags = (op.wr.send.send_flags | set) & !clear;
             }
         }
         self
@@ -584,9 +609,10 @@ impl<'a> SendOps<'a> {
 
     /// The send queue entries the operations take: one each, and what each chain needs.
     pub(crate) fn wqes(&self) -> u32 {
-        self.chains[..self.n]
+        self.ops
+            .as_slice()
             .iter()
-            .map(|c| c.map_or(1, |c| c.wqes))
+            .map(|op| op.chain.map_or(1, |c| c.wqes))
             .sum()
     }
 
@@ -597,22 +623,14 @@ impl<'a> SendOps<'a> {
         if self.iwarp_only && !qp.pd().device().is_iwarp(qp.port) {
             return Err(EOPNOTSUPP);
         }
-        let n = self.n;
         let ud = qp.qp_type == QpType::Ud;
-        let fits = n > 0
-            && self.chains[..n].iter().flatten().all(|c| c.qp == qp.ptr)
-            && self.inline_len[..n]
-                .iter()
-                .all(|&l| l <= qp.caps.max_inline)
-            && self.count[..n]
-                .iter()
-                .all(|&c| c <= qp.caps.send_sge as usize)
-            && if ud {
-                self.ud_ops == n
-            } else {
-                self.ud_ops == 0
-            };
-        if fits {
+        let fits = |op: &Op<'_>| {
+            op.chain.map_or(true, |c| c.qp == qp.ptr)
+                && op.inline_len <= qp.caps.max_inline
+                && op.count <= qp.caps.send_sge as usize
+                && op.ud == ud
+        };
+        if !self.ops.is_empty() && self.ops.as_slice().iter().all(fits) {
             Ok(())
         } else {
             Err(EINVAL)
@@ -629,12 +647,12 @@ impl<'a> SendOps<'a> {
         cqe: *mut bindings::ib_cqe,
         failures: *mut bindings::ib_cqe,
     ) -> *const bindings::ib_send_wr {
-        let n = self.n;
+        let n = self.ops.len();
         let base = self.sges.as_mut_ptr();
         // Back to front: each operation continues with the head of the one after it.
         let mut next: *mut bindings::ib_send_wr = core::ptr::null_mut();
-        for i in (0..n).rev() {
-            if let Some(c) = self.chains[i] {
+        for (i, op) in self.ops.as_mut_slice().iter_mut().enumerate().rev() {
+            if let Some(c) = op.chain {
                 let end = if next.is_null() {
                     cqe
                 } else {
@@ -646,16 +664,16 @@ impl<'a> SendOps<'a> {
                 next = unsafe { bindings::rdma_rw_ctx_wrs(c.ctx, c.qp, c.port, end, next) };
                 continue;
             }
-            let sge = if self.count[i] > 0 {
-                base.wrapping_add(self.first[i])
+            let sge = if op.count > 0 {
+                base.wrapping_add(op.first)
             } else {
                 core::ptr::null_mut()
             };
             // SAFETY: `send` is the common prefix of every variant.
-            let wr = unsafe { &mut self.wrs[i].send };
+            let wr = unsafe { &mut op.wr.send };
             wr.next = next;
             wr.sg_list = sge;
-            wr.num_sge = self.count[i] as i32;
+            wr.num_sge = op.count as i32;
             let signaled = bindings::ib_send_flags_IB_SEND_SIGNALED;
             if i + 1 == n {
                 wr.__bindgen_anon_1.wr_cqe = cqe;

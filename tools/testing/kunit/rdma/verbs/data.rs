@@ -634,6 +634,40 @@ extern "C" fn rdma_kunit_verbs_gather_scatter() -> c_int {
             "5 pieces on a QP of send_sge 4"
         );
         drop(e);
+        // An operation or a piece the builder refuses leaves the list as it was, even when
+        // the closure goes on: one SEND of the 64 bytes accepted, not an empty SEND first.
+        let rs = sink::<DmaBuf<FromDevice>>()?;
+        p.b.post_recv(
+            twr(DmaBuf::<FromDevice>::alloc(&p.pd, 64, GFP_KERNEL)?, &rs)?,
+            |t, ops| {
+                ops.buf(&mut t.payload, 0..64)?;
+                Ok(())
+            },
+        )?;
+        let mut refused = 0;
+        post_one(
+            &p.a,
+            filled(&p.pd, 64, 6)?,
+            WcStatus::Success,
+            WcOpcode::Send,
+            |b, ops| {
+                refused += usize::from(ops.send(b, 0..65).is_err());
+                ops.send(b, 0..16)?;
+                refused += usize::from(ops.gather(b, 60..70).is_err());
+                ops.gather(b, 16..64)?;
+                Ok(())
+            },
+        )?;
+        check!(refused == 2, "{} of two bad pieces refused", refused);
+        let mut got = rs.wait(1)?.into_iter().next().ok_or(EINVAL)?;
+        check!(
+            got.status == WcStatus::Success
+                && got.byte_len == 64
+                && matches(got.payload.as_slice(), 6),
+            "after refused pieces: {:?}, {} bytes",
+            got.status,
+            got.byte_len
+        );
         // A page as a whole message, both ways.
         let mut src =
             DmaPage::<ToDevice>::from_page(&p.pd, kernel::page::Page::alloc_page(GFP_KERNEL)?)
