@@ -9,8 +9,9 @@
 //! - `unexport name=NAME`: ends its connections and frees it;
 //! - `connect addr=IP port=N name=NAME [queues=N] [depth=N] [zerocopy=0|1]`: an initiator
 //!   connects to the volume and serves it as the disk `rrbdN` (its index is the lowest free
-//!   one); I/Os above the inline size name the block requests' own pages (registered for
-//!   the target), or with `zerocopy=0` move their data through bounce buffers;
+//!   one); the device reads and writes the block requests' own pages (an inline write's SEND
+//!   gathers them, larger I/Os register them for the target), or with `zerocopy=0` the data
+//!   is copied (into the command's buffer, through bounce buffers);
 //! - `disconnect dev=rrbdN`: removes the disk and ends its connections;
 //! - `probe addr=IP port=N name=NAME op=N sector=N len=N [tag=N] [inline=N]`: sends one raw
 //!   command to a target and logs what it did (see [`probe`]), for testing targets.
@@ -388,7 +389,7 @@ fn parse(input: &[u8]) -> Result<Cmd> {
             } else {
                 32
             };
-            // The block requests' own pages unless `zerocopy=0` asks for bounce buffers.
+            // The block requests' own pages unless `zerocopy=0` asks for copies.
             let zerocopy = vals[5].is_none() || number(5, 0, 1)? == 1;
             Cmd::Connect(ConnectSpec {
                 addr: addr(0, port)?,

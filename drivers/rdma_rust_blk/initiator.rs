@@ -42,8 +42,10 @@ pub(crate) struct ConnectSpec {
     pub(crate) name: Name,
     pub(crate) queues: u16,
     pub(crate) depth: u16,
-    /// I/Os above the inline size name the block request's own pages (the default), not
-    /// the bounce buffer (`zerocopy=0`).
+    /// The device reads and writes the block requests' own pages (the default): an inline
+    /// write's SEND gathers them, an I/O above the inline size names them. With
+    /// `zerocopy=0` the data is copied: into the command's buffer or through the bounce
+    /// buffer.
     pub(crate) zerocopy: bool,
 }
 
@@ -300,7 +302,12 @@ pub(crate) fn connect_queue(spec: &ConnectSpec, index: u16) -> Result<(Arc<IoQue
             qp,
             spec.depth,
             welcome.inline_max.min(INLINE_MAX),
-            send_sge as usize - 1,
+            // The SEND's other entries, for an inline write's pages (none: copied).
+            if spec.zerocopy {
+                send_sge as usize - 1
+            } else {
+                0
+            },
         ),
         GFP_KERNEL,
     )?;

@@ -125,20 +125,27 @@ blk_random() {
 	[ $bad = 0 ]
 }
 
-# blk_writes_lent: 4 KiB writes (direct I/O from one page each) go from the
-# block request's pages, without a copy: the disk's count of lent inline writes
-# grows by as many, its count of copied ones does not move. (The data of such
-# writes is checked by blk_random.)
-blk_writes_lent() {
-	local l0 c0 l1 c1
-	l0=$(blk_disk_field inline_writes_lent)
-	c0=$(blk_disk_field inline_writes_copied)
-	dd if=/dev/urandom of=/dev/rrbd0 bs=4k count=32 oflag=direct 2> /dev/null || return 1
-	l1=$(blk_disk_field inline_writes_lent)
-	c1=$(blk_disk_field inline_writes_copied)
-	[ -n "$l0" ] && [ -n "$l1" ] && [ -n "$c0" ] && [ -n "$c1" ] &&
-		[ $((l1 - l0)) -eq 32 ] && [ "$c1" = "$c0" ] ||
-		{ echo "lent $l0 -> $l1, copied $c0 -> $c1"; return 1; }
+# blk_inline_writes FIELD OTHER: 32 writes of 4 KiB (direct I/O, one block
+# request each) read back what was written, and the disk's count FIELD grows by
+# 32 while OTHER does not move: inline_writes_lent (the SEND gathers the block
+# request's pages, the default) or inline_writes_copied (copied behind the
+# command, `zerocopy=0`).
+blk_inline_writes() {
+	local field=$1 other=$2 a0 b0 a1 b1 want got
+	a0=$(blk_disk_field $field)
+	b0=$(blk_disk_field $other)
+	dd if=/dev/urandom of=/tmp/small bs=4k count=32 2> /dev/null || return 1
+	want=$(md5sum < /tmp/small)
+	dd if=/tmp/small of=/dev/rrbd0 bs=4k count=32 seek=77 oflag=direct 2> /tmp/dd.err ||
+		{ cat /tmp/dd.err; return 1; }
+	got=$(dd_md5 if=/dev/rrbd0 bs=4k count=32 skip=77 iflag=direct) || { echo "$got"; return 1; }
+	a1=$(blk_disk_field $field)
+	b1=$(blk_disk_field $other)
+	rm -f /tmp/small
+	[ "$got" = "$want" ] || { echo "read back $got, wrote $want"; return 1; }
+	[ -n "$a0" ] && [ -n "$a1" ] && [ -n "$b0" ] && [ -n "$b1" ] &&
+		[ $((a1 - a0)) -eq 32 ] && [ "$b1" = "$b0" ] ||
+		{ echo "$field $a0 -> $a1, $other $b0 -> $b1"; return 1; }
 }
 
 # blk_large_io FIELD OTHER: 8 writes then 8 reads of 128 KiB (direct I/O, one
@@ -358,7 +365,7 @@ blk_suite() {
 	check blk_pattern_whole_disk blk_pattern
 	check blk_random_4k_qd1 blk_random 1 64
 	check blk_random_4k_qd8 blk_random 8 24
-	check blk_4k_writes_not_copied blk_writes_lent
+	check blk_4k_writes_lent blk_inline_writes inline_writes_lent inline_writes_copied
 	check blk_128k_io_registered blk_large_io registered_io bounced_io
 	check blk_two_hw_queues blk_queues
 	check blk_hostile_initiator blk_hostile
@@ -368,6 +375,7 @@ blk_suite() {
 	check blk_disconnect blk_disconnect
 	# With zerocopy=0: the same data through the bounce buffers.
 	check blk_connect_bounce blk_connect zerocopy=0
+	check blk_4k_writes_copied blk_inline_writes inline_writes_copied inline_writes_lent
 	check blk_128k_io_bounced blk_large_io bounced_io registered_io
 	check blk_pattern_bounced blk_pattern
 	check blk_bounce_disconnect blk_disconnect
@@ -473,7 +481,7 @@ mode_blk_peer_a() {
 	check blk_capacity_and_block_size blk_capacity_ok
 	check blk_pattern_whole_disk blk_pattern
 	check blk_random_4k_qd4 blk_random 4 16
-	check blk_4k_writes_not_copied blk_writes_lent
+	check blk_4k_writes_lent blk_inline_writes inline_writes_lent inline_writes_copied
 	check blk_128k_io_registered blk_large_io registered_io bounced_io
 	# (No hardware-queue case: these guests have one CPU, which blk-mq maps to
 	# queue 0. The one-guest suite has it.)
