@@ -125,51 +125,40 @@ blk_random() {
 	[ $bad = 0 ]
 }
 
-# blk_inline_writes FIELD OTHER: 32 writes of 4 KiB (direct I/O, one block
-# request each) read back what was written, and the disk's count FIELD grows by
-# 32 while OTHER does not move: inline_writes_lent (the SEND gathers the block
-# request's pages, the default) or inline_writes_copied (copied behind the
-# command, `zerocopy=0`).
-blk_inline_writes() {
-	local field=$1 other=$2 a0 b0 a1 b1 want got
+# blk_counted_io BS COUNT AT GROWTH FIELD OTHER: COUNT writes then COUNT reads
+# of BS from block AT on (direct I/O, one block request each) read back what
+# was written, and the disk's count FIELD grows by GROWTH while OTHER does not
+# move.
+blk_counted_io() {
+	local bs=$1 count=$2 at=$3 growth=$4 field=$5 other=$6 a0 b0 a1 b1 want got
 	a0=$(blk_disk_field $field)
 	b0=$(blk_disk_field $other)
-	dd if=/dev/urandom of=/tmp/small bs=4k count=32 2> /dev/null || return 1
-	want=$(md5sum < /tmp/small)
-	dd if=/tmp/small of=/dev/rrbd0 bs=4k count=32 seek=77 oflag=direct 2> /tmp/dd.err ||
+	dd if=/dev/urandom of=/tmp/counted bs=$bs count=$count 2> /dev/null || return 1
+	want=$(md5sum < /tmp/counted)
+	dd if=/tmp/counted of=/dev/rrbd0 bs=$bs count=$count seek=$at oflag=direct 2> /tmp/dd.err ||
 		{ cat /tmp/dd.err; return 1; }
-	got=$(dd_md5 if=/dev/rrbd0 bs=4k count=32 skip=77 iflag=direct) || { echo "$got"; return 1; }
+	got=$(dd_md5 if=/dev/rrbd0 bs=$bs count=$count skip=$at iflag=direct) ||
+		{ echo "$got"; return 1; }
 	a1=$(blk_disk_field $field)
 	b1=$(blk_disk_field $other)
-	rm -f /tmp/small
+	rm -f /tmp/counted
 	[ "$got" = "$want" ] || { echo "read back $got, wrote $want"; return 1; }
 	[ -n "$a0" ] && [ -n "$a1" ] && [ -n "$b0" ] && [ -n "$b1" ] &&
-		[ $((a1 - a0)) -eq 32 ] && [ "$b1" = "$b0" ] ||
+		[ $((a1 - a0)) -eq "$growth" ] && [ "$b1" = "$b0" ] ||
 		{ echo "$field $a0 -> $a1, $other $b0 -> $b1"; return 1; }
 }
 
-# blk_large_io FIELD OTHER: 8 writes then 8 reads of 128 KiB (direct I/O, one
-# block request each) read back what was written, and the disk's count FIELD
-# grows by 16 while OTHER does not move: registered_io (the block requests' own
-# pages registered for the target, the default) or bounced_io (copied through
-# the bounce buffers, `zerocopy=0`).
-blk_large_io() {
-	local field=$1 other=$2 a0 b0 a1 b1 want got
-	a0=$(blk_disk_field $field)
-	b0=$(blk_disk_field $other)
-	dd if=/dev/urandom of=/tmp/large bs=128k count=8 2> /dev/null || return 1
-	want=$(md5sum < /tmp/large)
-	dd if=/tmp/large of=/dev/rrbd0 bs=128k count=8 seek=3 oflag=direct 2> /tmp/dd.err ||
-		{ cat /tmp/dd.err; return 1; }
-	got=$(dd_md5 if=/dev/rrbd0 bs=128k count=8 skip=3 iflag=direct) || { echo "$got"; return 1; }
-	a1=$(blk_disk_field $field)
-	b1=$(blk_disk_field $other)
-	rm -f /tmp/large
-	[ "$got" = "$want" ] || { echo "read back $got, wrote $want"; return 1; }
-	[ -n "$a0" ] && [ -n "$a1" ] && [ -n "$b0" ] && [ -n "$b1" ] &&
-		[ $((a1 - a0)) -eq 16 ] && [ "$b1" = "$b0" ] ||
-		{ echo "$field $a0 -> $a1, $other $b0 -> $b1"; return 1; }
-}
+# blk_inline_writes FIELD OTHER: 32 writes and reads of 4 KiB, of which the 32
+# writes count in FIELD: inline_writes_lent (the SEND gathers the block
+# request's pages, the default) or inline_writes_copied (copied behind the
+# command, `zerocopy=0`).
+blk_inline_writes() { blk_counted_io 4k 32 77 32 "$@"; }
+
+# blk_large_io FIELD OTHER: 8 writes and reads of 128 KiB, all 16 counted in
+# FIELD: registered_io (the block requests' own pages registered for the
+# target, the default) or bounced_io (copied through the bounce buffers,
+# `zerocopy=0`).
+blk_large_io() { blk_counted_io 128k 8 3 16 "$@"; }
 
 # blk_probe EXPECT KEY=VALUE...: one raw command from the initiator's `probe`
 # (a connection of its own to vol0); what the target did, in the log, must be
