@@ -172,18 +172,17 @@ impl<'a> SendOps<'a> {
         self.ops.last_mut().ok_or(EINVAL)
     }
 
-    /// Starts operation `opcode`, whose list (of kind `list`) is `range` of `mem`. On failure
-    /// the operations are as they were.
-    fn push_mem<M: Mapped + ?Sized>(
+    /// Starts operation `opcode`, whose list (of kind `list`) is what `fill` appends to the
+    /// pieces (it returns how many). On failure the operations are as they were.
+    fn push_with(
         &mut self,
         opcode: bindings::ib_wr_opcode,
         list: List,
-        mem: &M,
-        range: Range<usize>,
+        fill: impl FnOnce(&mut FixedVec<bindings::ib_sge, MAX_SGE>) -> Result<usize>,
     ) -> Result<&mut Op<'a>> {
         let n = self.ops.len();
         self.push(opcode, list)?;
-        match add_sges(mem, range, self.pd, &mut self.sges) {
+        match fill(&mut self.sges) {
             Ok(count) => {
                 let op = self.last()?;
                 op.count = count;
@@ -196,22 +195,26 @@ impl<'a> SendOps<'a> {
         }
     }
 
+    /// Starts operation `opcode`, whose list (of kind `list`) is `range` of `mem`.
+    fn push_mem<M: Mapped + ?Sized>(
+        &mut self,
+        opcode: bindings::ib_wr_opcode,
+        list: List,
+        mem: &M,
+        range: Range<usize>,
+    ) -> Result<&mut Op<'a>> {
+        let pd = self.pd;
+        self.push_with(opcode, list, |sges| add_sges(mem, range, pd, sges))
+    }
+
     /// Starts operation `opcode`, whose list is the one entry `sge` (named by the caller
-    /// through an lkey or a CPU address). On failure the operations are as they were.
+    /// through an lkey or a CPU address).
     fn push_sge(
         &mut self,
         opcode: bindings::ib_wr_opcode,
         sge: bindings::ib_sge,
     ) -> Result<&mut Op<'a>> {
-        let n = self.ops.len();
-        self.push(opcode, List::Fixed)?;
-        if let Err(e) = self.sges.push(sge) {
-            self.ops.truncate(n);
-            return Err(e);
-        }
-        let op = self.last()?;
-        op.count = 1;
-        Ok(op)
+        self.push_with(opcode, List::Fixed, |sges| sges.push(sge).map(|_| 1))
     }
 
     /// Starts an operation whose list gathers `range` of `src`.
