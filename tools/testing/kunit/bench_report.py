@@ -2,18 +2,24 @@
 # SPDX-License-Identifier: GPL-2.0
 """Turns the `rdmabench:` lines of `make bench` guests into a table, a CSV and a chart.
 
-Usage: bench_report.py --out DIR [--title TEXT] LOG...
+Usage: bench_report.py --out DIR [--title TEXT] [--pool] LOG...
 
 Each timed run is a line `rdmabench: run case=C side=peer|ulp round=R value=V p99=P msgs=M
 cpu_us=U` (see guest-bench.sh). For every case the report gives the median and the range of
 each side over the rounds, the ratio ULP/peer of the medians, the CPU time per message of each
-side, and whether rxe bounds the case (see `rxe_ceiling`). It writes DIR/bench.csv and, from the size
+side, the rounds' own ratios with a confidence interval for their median (see `paired`), and
+whether rxe bounds the case (see `rxe_ceiling`). It writes DIR/bench.csv and, from the size
 sweep, DIR/bench.png (throughput against message size, ULP and perftest on one chart). Exits
 non-zero when a run failed, a validated run failed, or the guest did not finish.
+
+With --pool, each LOG is a boot of its own (of the same tree) and the report is over the
+rounds of all of them: one boot's rounds resolve about 15 % on this host, several boots'
+pooled rounds what the interval then shows.
 """
 
 import argparse
 import csv
+import math
 import os
 import re
 import statistics
@@ -51,10 +57,10 @@ def fields(rest):
     return dict(kv.split("=", 1) for kv in rest.split() if "=" in kv)
 
 
-def parse(logs):
+def parse(logs, pool=False):
     runs, other, failures = {}, [], []
     order, ended = [], 0
-    for path in logs:
+    for boot, path in enumerate(logs):
         with open(path, errors="replace") as f:
             for line in f:
                 m = LINE.search(line)
@@ -62,6 +68,8 @@ def parse(logs):
                     continue
                 what, rest = m.group(1), m.group(2).strip()
                 kv = fields(rest)
+                if pool and "round" in kv:
+                    kv["round"] = f"{boot}:{kv['round']}"
                 if what == "run":
                     key = kv["case"]
                     if key not in runs:
@@ -103,6 +111,56 @@ def stats(rs, key="value"):
     if not v:
         return None
     return statistics.median(v), min(v), max(v)
+
+
+def paired(sides):
+    """The ratio ULP/peer of each round (each side's median within the round: the latency
+    cases run several times a round), sorted. A round is a pair run back to back, so drift
+    that spans the rounds cancels out of its ratio, which the ratio of the medians keeps."""
+    by_round = {}
+    for side in ("peer", "ulp"):
+        for r in sides[side]:
+            by_round.setdefault(r["round"], {}).setdefault(side, []).append(float(r["value"]))
+    ratios = []
+    for got in by_round.values():
+        if "peer" in got and "ulp" in got and statistics.median(got["peer"]) > 0:
+            ratios.append(statistics.median(got["ulp"]) / statistics.median(got["peer"]))
+    return sorted(ratios)
+
+
+# The coverage a median's interval must reach for a verdict.
+COVERAGE = 0.95
+
+
+def median_interval(xs):
+    """A distribution-free interval for the median of xs (the sign test's): the k-th smallest
+    and the k-th largest value cover it with probability 1 - 2 P(B < k), B ~ Binomial(n, 1/2).
+    Returns (low, high, coverage) for the narrowest such interval that still reaches
+    COVERAGE, or (min, max, its coverage) when none does (fewer than 6 rounds)."""
+    n = len(xs)
+    if n == 0:
+        return None
+
+    def coverage(k):
+        return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2**n
+
+    k = 1
+    while k + 1 <= (n + 1) // 2 and coverage(k + 1) >= COVERAGE:
+        k += 1
+    return xs[k - 1], xs[n - k], coverage(k)
+
+
+def verdict(kind, interval):
+    """Which side the rounds' ratios say is ahead, if their interval resolves it."""
+    if not interval or interval[2] < COVERAGE:
+        return "-"
+    low, high, _ = interval
+    lower_is_better = kind in ("lat", "blklat")
+    if (high < 1) if lower_is_better else (low > 1):
+        return "ULP ahead"
+    if (low > 1) if lower_is_better else (high < 1):
+        return "peer ahead"
+    return "tie"
 
 
 def case_kind(name):
@@ -165,6 +223,13 @@ def fmt(x):
     return f"{x:.2f}"
 
 
+def interval_text(r):
+    i = r["interval"]
+    if not i:
+        return "-"
+    return f"{r['paired']:.2f} ({i[0]:.2f}-{i[1]:.2f}, {i[2]:.0%})"
+
+
 def rng(s):
     return f"{fmt(s[0])} ({fmt(s[1])}-{fmt(s[2])})" if s else "-"
 
@@ -174,9 +239,11 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--title", default="make bench")
     ap.add_argument("--expect-guests", type=int, default=1)
+    ap.add_argument("--pool", action="store_true",
+                    help="each log is a boot of its own: pool their rounds")
     ap.add_argument("logs", nargs="+")
     a = ap.parse_args()
-    runs, order, other, failures, ended = parse(a.logs)
+    runs, order, other, failures, ended = parse(a.logs, a.pool)
     add_other_guest_cpu(runs)
     floors = {}
     for what, rest, kv in other:
@@ -189,6 +256,8 @@ def main():
         kind = case_kind(name)
         peer, ulp = stats(runs[name]["peer"]), stats(runs[name]["ulp"])
         ratio = ulp[0] / peer[0] if peer and ulp and peer[0] else None
+        ratios = paired(runs[name])
+        interval = median_interval(ratios)
         pcpu, ucpu = stats(runs[name]["peer"], "cpu_us"), stats(runs[name]["ulp"], "cpu_us")
         p99p, p99u = stats(runs[name]["peer"], "p99"), stats(runs[name]["ulp"], "p99")
         ceiling = rxe_ceiling(name, floors)
@@ -203,12 +272,14 @@ def main():
             "peer_cpu": pcpu[0] if pcpu else None, "ulp_cpu": ucpu[0] if ucpu else None,
             "peer_p99": p99p[0] if p99p else None, "ulp_p99": p99u[0] if p99u else None,
             "ceiling": ceiling, "bound": bound, "rounds": len(runs[name]["ulp"]),
+            "paired": statistics.median(ratios) if ratios else None, "interval": interval,
+            "verdict": verdict(kind, interval),
         })
 
     os.makedirs(a.out, exist_ok=True)
     head = ["case", "unit", "peer", "peer figure (median, min-max)",
-            "ULP figure (median, min-max)", "ratio ULP/peer", "CPU us/msg peer",
-            "CPU us/msg ULP", "rxe bound"]
+            "ULP figure (median, min-max)", "ratio ULP/peer", "rounds' ratios (median, interval)",
+            "verdict", "CPU us/msg peer", "CPU us/msg ULP", "rxe bound"]
     table = [head]
     for r in sorted(rows, key=lambda r: section(r["case"])):
         peer_fig, ulp_fig = rng(r["peer_s"]), rng(r["ulp_s"])
@@ -216,8 +287,8 @@ def main():
             peer_fig += f" p99 {fmt(r['peer_p99'])}"
             ulp_fig += f" p99 {fmt(r['ulp_p99'])}"
         table.append([r["case"], r["unit"], r["peer"], peer_fig, ulp_fig,
-                      f"{r['ratio']:.2f}" if r["ratio"] else "-",
-                      fmt(r["peer_cpu"]), fmt(r["ulp_cpu"]), r["bound"]])
+                      f"{r['ratio']:.2f}" if r["ratio"] else "-", interval_text(r),
+                      r["verdict"], fmt(r["peer_cpu"]), fmt(r["ulp_cpu"]), r["bound"]])
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     head_lines = [" | ".join(c.ljust(w) for c, w in zip(head, widths)).rstrip(),
                   "-+-".join("-" * w for w in widths)]
@@ -228,6 +299,12 @@ def main():
         lines.append(" | ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
     if len(table) == 1:
         lines += ["", *head_lines]
+    lines.append("")
+    lines.append("Rounds' ratios: each round runs both sides back to back; the median of the "
+                 "rounds' ratios ULP/peer, and the interval that holds the true median with the "
+                 "probability given (sign test). The verdict names a side only when the interval "
+                 f"reaches {COVERAGE:.0%} and stays on one side of 1 (fewer than 6 rounds "
+                 "cannot: -); \"tie\" means the rounds do not resolve a difference.")
     if floors:
         lines.append("")
         lines.append("What rxe allows (same boot; a case is bounded when the faster side "
@@ -254,12 +331,14 @@ def main():
         w = csv.writer(f)
         w.writerow(["case", "kind", "unit", "size", "peer", "rounds",
                     "peer_median", "peer_min", "peer_max", "ulp_median", "ulp_min", "ulp_max",
-                    "ratio_ulp_peer", "peer_cpu_us_per_msg", "ulp_cpu_us_per_msg",
+                    "ratio_ulp_peer", "round_ratio_median", "round_ratio_low",
+                    "round_ratio_high", "round_ratio_coverage", "verdict", "peer_cpu_us_per_msg", "ulp_cpu_us_per_msg",
                     "peer_p99", "ulp_p99", "rxe_ceiling", "rxe_bound"])
         for r in rows:
             p, u = r["peer_s"] or (None,) * 3, r["ulp_s"] or (None,) * 3
             w.writerow([r["case"], r["kind"], r["unit"], r["size"], r["peer"], r["rounds"],
-                        *p, *u, r["ratio"], r["peer_cpu"], r["ulp_cpu"],
+                        *p, *u, r["ratio"], r["paired"], *(r["interval"] or (None,) * 3),
+                        r["verdict"], r["peer_cpu"], r["ulp_cpu"],
                         r["peer_p99"] if r["kind"] in ("lat", "blklat") else "",
                         r["ulp_p99"] if r["kind"] in ("lat", "blklat") else "",
                         r["ceiling"] or "", r["bound"]])

@@ -9,7 +9,8 @@
 #     BENCH_CASES=script BENCH_TOPOLOGY=loopback FLAVOR=release make bench
 #
 # For each of 4 KiB random write and read at queue depth 1 and random write at
-# depth 32 (PROF_CASES), fio runs 8 s on
+# depth 32 (or the cases of `RDMATEST_EXTRA=rdmatest.prof=RW:QD:BS,...`, e.g.
+# `read:8:128k`), fio runs 8 s on
 # nvme-rdma's disk, then on rdma_rust_blk's, under `perf record -a` (cpu-clock
 # samples of both CPUs, kernel symbols from /proc/kallsyms); the console gets
 # each run's IOPS, what rxe0's hardware counters moved by (packets, retries,
@@ -19,7 +20,8 @@
 # time of its own: the IOPS are for reading the profile, not for the table.
 
 PROF_SECS=8
-PROF_CASES="randwrite:1 randread:1 randwrite:32"
+PROF_CASES=$(arg rdmatest.prof | tr , ' ')
+PROF_CASES=${PROF_CASES:-"randwrite:1:4k randread:1:4k randwrite:32:4k"}
 nvme=$(blkb_nvme_up) || { bench_say "fail case=profile side=peer round=0 (nvme-rdma)"; return; }
 rrbd=$(blkb_rrbd_up) || { bench_say "fail case=profile side=ulp round=0 (rdma_rust_blk)"; blkb_nvme_down; return; }
 echo 0 > /proc/sys/kernel/kptr_restrict
@@ -40,19 +42,26 @@ prof_report() {
 # The modules of the two block stacks: their own code, function by function.
 PROF_MODULES='[rdma_rust_blk],[nvme_rdma],[nvme_fabrics],[nvme_core],[nvmet],[nvmet_rdma],[brd]'
 for c in $PROF_CASES; do
-	rw=${c%:*} qd=${c#*:}
+	rw=${c%%:*} qd=${c#*:} bs=${c##*:}
+	qd=${qd%%:*}
+	case "$c:$rw:$qd:$bs" in
+	"$rw:$qd:$bs:$rw:$qd:$bs") ;;
+	*)
+		bench_say "fail case=profile side=peer round=0 (rdmatest.prof: $c is not RW:QD:BS)"
+		continue ;;
+	esac
 	for side in peer ulp; do
 		if [ $side = peer ]; then d=$nvme; else d=$rrbd; fi
 		data=/tmp/perf.$side
 		hw_snap /tmp/hw.before
 		/usr/bin/perf record -q -a -e cpu-clock -F 1000 -o $data -- \
 			/usr/bin/fio --name=profile --filename=/dev/$d --direct=1 --ioengine=libaio \
-			--rw=$rw --bs=4k --iodepth=$qd --runtime=$PROF_SECS --time_based --thread \
+			--rw=$rw --bs=$bs --iodepth=$qd --runtime=$PROF_SECS --time_based --thread \
 			--output=/tmp/fio.out > /dev/null 2>&1 ||
 			bench_say "fail case=profile_${rw}_qd$qd side=$side round=0"
 		hw_snap /tmp/hw.after
 		{
-			echo "=== PROFILE $rw 4k QD$qd $side /dev/$d: $(grep -o 'IOPS=[^,]*' /tmp/fio.out)"
+			echo "=== PROFILE $rw $bs QD$qd $side /dev/$d: $(grep -o 'IOPS=[^,]*' /tmp/fio.out)"
 			# What rxe did meanwhile, per I/O: packets, retries, NAKs.
 			awk -v ios="$(grep -o 'issued rwts: total=[0-9]*,[0-9]*' /tmp/fio.out | tr -dc '0-9,' | tr , +)" '
 				BEGIN { n = 0; split(ios, p, "+"); for (i in p) n += p[i] }
