@@ -15,28 +15,42 @@ use crate::{
 };
 use core::{marker::PhantomData, mem::ManuallyDrop, ops::Range};
 
-/// Copies between a page and a buffer, through a temporary mapping of the page, with volatile
-/// accesses (see [`copy_volatile`]).
+/// Which way [`page_copy`] copies, and how it touches the page.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Way {
+    /// Into a page a device or a peer may reach: volatile writes (see [`copy_volatile`]).
+    ToShared,
+    /// Out of a page a device or a peer may reach: volatile reads.
+    FromShared,
+    /// Into a page nothing else reaches meanwhile: an ordinary copy.
+    ToOwned,
+    /// Out of a page nothing writes meanwhile: an ordinary copy.
+    FromOwned,
+}
+
+/// Copies between a page and a buffer, through a temporary mapping of the page, the [`Way`]
+/// `way` says.
 ///
 /// # Safety
 ///
-/// `at .. at + buf_len` must lie inside the page; `buf` must be valid for reads (`to_page`) or
-/// writes (otherwise) of `buf_len` bytes.
-pub(super) unsafe fn page_copy(
-    page: &Page,
-    at: usize,
-    buf: *mut u8,
-    buf_len: usize,
-    to_page: bool,
-) {
+/// `at .. at + buf_len` must lie inside the page; `buf` must be valid for reads (into the page)
+/// or writes (out of it) of `buf_len` bytes, and must not overlap the page. With
+/// [`Way::ToOwned`] or [`Way::FromOwned`], neither a device nor another thread may write those
+/// bytes of the page, or `buf`, meanwhile.
+pub(super) unsafe fn page_copy(page: &Page, at: usize, buf: *mut u8, buf_len: usize, way: Way) {
     // SAFETY: The page is owned by the caller's object; the mapping is released below.
     let base = unsafe { bindings::kmap_local_page(page.as_ptr()) }.cast::<u8>();
-    // SAFETY: `at + buf_len` is inside the page (the caller's guarantee), which `base` maps.
+    let (src, dst) = match way {
+        Way::ToShared | Way::ToOwned => (buf.cast_const(), base.wrapping_add(at)),
+        Way::FromShared | Way::FromOwned => (base.wrapping_add(at).cast_const(), buf),
+    };
+    // SAFETY: `at + buf_len` is inside the page (the caller's guarantee), which `base` maps;
+    // `buf` is valid for `buf_len` bytes and does not overlap it; for an ordinary copy nothing
+    // writes either side meanwhile (the caller's guarantee).
     unsafe {
-        if to_page {
-            copy_volatile(buf, base.add(at), buf_len);
-        } else {
-            copy_volatile(base.add(at), buf, buf_len);
+        match way {
+            Way::ToOwned | Way::FromOwned => core::ptr::copy_nonoverlapping(src, dst, buf_len),
+            Way::ToShared | Way::FromShared => copy_volatile(src, dst, buf_len),
         }
         bindings::kunmap_local(base.cast());
     }
@@ -66,26 +80,30 @@ pub(super) fn pieces(
 
 /// Copies `src` into `pages` (taken end to end) at `offset`: how a storage target fills the
 /// pages of an [`RwCtx`](crate::rdma::rw::RwCtx) it is about to WRITE to a peer. The pages
-/// are the caller's alone (`&mut`), so nothing else reads them meanwhile. `EINVAL` if `src`
+/// are the caller's alone (`&mut`): no device and no peer reaches them until they go to a
+/// context or a mapping, which takes them, so the copy is an ordinary one. `EINVAL` if `src`
 /// is empty or does not fit.
 pub fn copy_to_pages(pages: &mut [Page], offset: usize, src: &[u8]) -> Result {
     let from = src.as_ptr().cast_mut();
     pieces(pages, usize::MAX, offset, src.len(), |page, at, r| {
-        // SAFETY: `r` is inside `src` and `at + r.len()` inside the page (`pieces`).
-        unsafe { page_copy(page, at, from.add(r.start), r.end - r.start, true) }
+        // SAFETY: `r` is inside `src` and `at + r.len()` inside the page (`pieces`); `src` is
+        // only read and cannot overlap pages borrowed mutably, which nothing else writes.
+        unsafe { page_copy(page, at, from.add(r.start), r.end - r.start, Way::ToOwned) }
     })
 }
 
 /// Copies from `pages` (taken end to end) at `offset` into `dst`: the data an
 /// [`RwCtx`](crate::rdma::rw::RwCtx) READ brought, once [`RwCtx::into_pages`] gave the pages
-/// back. `EINVAL` if `dst` is empty or the range does not lie inside.
+/// back (unmapped: the device is done with them), so the copy is an ordinary one. `EINVAL` if
+/// `dst` is empty or the range does not lie inside.
 ///
 /// [`RwCtx::into_pages`]: crate::rdma::rw::RwCtx::into_pages
 pub fn copy_from_pages(pages: &[Page], offset: usize, dst: &mut [u8]) -> Result {
     let out = dst.as_mut_ptr();
     pieces(pages, usize::MAX, offset, dst.len(), |page, at, r| {
-        // SAFETY: `r` is inside `dst` and `at + r.len()` inside the page (`pieces`).
-        unsafe { page_copy(page, at, out.add(r.start), r.end - r.start, false) }
+        // SAFETY: `r` is inside `dst` and `at + r.len()` inside the page (`pieces`); `dst` is
+        // borrowed mutably, so it cannot overlap the pages, which are only read while shared.
+        unsafe { page_copy(page, at, out.add(r.start), r.end - r.start, Way::FromOwned) }
     })
 }
 
@@ -187,7 +205,15 @@ impl<D: Direction> DmaPage<D> {
         let r = span(offset, dst.len(), PAGE_SIZE)?;
         self.sync(false);
         // SAFETY: `r` is inside the page and `dst` valid for its length.
-        unsafe { page_copy(&self.page, r.start, dst.as_mut_ptr(), dst.len(), false) };
+        unsafe {
+            page_copy(
+                &self.page,
+                r.start,
+                dst.as_mut_ptr(),
+                dst.len(),
+                Way::FromShared,
+            )
+        };
         Ok(())
     }
 
@@ -203,7 +229,7 @@ impl<D: Direction> DmaPage<D> {
                 r.start,
                 src.as_ptr().cast_mut(),
                 src.len(),
-                true,
+                Way::ToShared,
             )
         };
         self.sync(true);

@@ -5,7 +5,7 @@
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 
 use super::{
-    page::{page_copy, pieces},
+    page::{page_copy, pieces, Way},
     private, Bidirectional, Direction, Mapped,
 };
 use crate::{
@@ -214,7 +214,7 @@ impl<D: Direction> DmaSg<D> {
         let out = dst.as_mut_ptr();
         pieces(&self.pages, self.len(), offset, dst.len(), |page, at, r| {
             // SAFETY: `r` is inside `dst` and `at + r.len()` inside the page (`pieces`).
-            unsafe { page_copy(page, at, out.add(r.start), r.end - r.start, false) }
+            unsafe { page_copy(page, at, out.add(r.start), r.end - r.start, Way::FromShared) }
         })
     }
 
@@ -225,7 +225,7 @@ impl<D: Direction> DmaSg<D> {
         let from = src.as_ptr().cast_mut();
         pieces(&self.pages, self.len(), offset, src.len(), |page, at, r| {
             // SAFETY: `r` is inside `src` and `at + r.len()` inside the page (`pieces`).
-            unsafe { page_copy(page, at, from.add(r.start), r.end - r.start, true) }
+            unsafe { page_copy(page, at, from.add(r.start), r.end - r.start, Way::ToShared) }
         })?;
         self.sync(true);
         Ok(())

@@ -105,6 +105,7 @@ RDMA_KUNIT_CASE(rdma_kunit_device_port_active)
 RDMA_KUNIT_CASE(rdma_kunit_device_bad_port)
 RDMA_KUNIT_CASE(rdma_kunit_device_lookup)
 RDMA_KUNIT_CASE(rdma_kunit_verbs_pd_cq)
+RDMA_KUNIT_CASE(rdma_kunit_verbs_copy_alignment)
 RDMA_KUNIT_CASE(rdma_kunit_verbs_rc_send_recv)
 RDMA_KUNIT_CASE(rdma_kunit_verbs_rc_write_read)
 RDMA_KUNIT_CASE(rdma_kunit_verbs_rc_atomics)
@@ -173,6 +174,7 @@ static struct kunit_suite rdma_device_suite = {
 
 static struct kunit_case rdma_verbs_cases[] = {
 	KUNIT_CASE(rdma_kunit_verbs_pd_cq_case),
+	KUNIT_CASE(rdma_kunit_verbs_copy_alignment_case),
 	KUNIT_CASE(rdma_kunit_verbs_rc_send_recv_case),
 	KUNIT_CASE(rdma_kunit_verbs_rc_write_read_case),
 	KUNIT_CASE(rdma_kunit_verbs_rc_atomics_case),

@@ -4,6 +4,53 @@
 
 use super::*;
 
+/// Copies in and out of mapped memory, at every alignment of either side and lengths around a
+/// word: exactly the bytes asked for move, none beside them.
+#[no_mangle]
+extern "C" fn rdma_kunit_verbs_copy_alignment() -> c_int {
+    ret((|| {
+        const PAD: usize = 8;
+        let dev = rxe0()?;
+        let pd = Pd::new(&dev)?;
+        let mut page: DmaPage = DmaPage::new(&pd)?;
+        let page_size = kernel::page::PAGE_SIZE;
+        let mut src = [0u8; 128];
+        for (i, b) in src.iter_mut().enumerate() {
+            *b = pattern(3, i);
+        }
+        let zeros = [0u8; 128 + 2 * PAD];
+        let mut window = [0u8; 128 + 2 * PAD];
+        let mut out = [0u8; 128 + 2 * PAD];
+        for base in [PAD, page_size - 128] {
+            for at in base..base + 8 {
+                for from in 0..8 {
+                    for len in [1usize, 7, 8, 9, 15, 16, 17, 63, 64, 65, 100] {
+                        let w0 = at - PAD;
+                        let wlen = len + 2 * PAD;
+                        page.write(w0, &zeros[..wlen])?;
+                        page.write(at, &src[from..from + len])?;
+                        // The bytes written, and zeros on both sides.
+                        page.read(w0, &mut window[..wlen])?;
+                        let ok = window[..PAD].iter().all(|&b| b == 0)
+                            && window[PAD..PAD + len] == src[from..from + len]
+                            && window[PAD + len..wlen].iter().all(|&b| b == 0);
+                        check!(ok, "write of {} bytes at {} from {}", len, at, from);
+                        // Read back at another alignment: the bytes beside are untouched.
+                        out.fill(0xa5);
+                        page.read(at, &mut out[from..from + len])?;
+                        let ok = out[..from].iter().all(|&b| b == 0xa5)
+                            && out[from..from + len] == src[from..from + len]
+                            && out[from + len..].iter().all(|&b| b == 0xa5);
+                        check!(ok, "read of {} bytes at {} into {}", len, at, from);
+                    }
+                }
+            }
+        }
+        drop((page, pd));
+        leak_check()
+    })())
+}
+
 /// PD, CQ in every poll context; CQ size and vector limits.
 #[no_mangle]
 extern "C" fn rdma_kunit_verbs_pd_cq() -> c_int {
