@@ -113,6 +113,12 @@ pub struct QpCaps {
     /// The port the QP will be bound to; needed with `rdma_ctxs`, since how the core moves
     /// data depends on the port's protocol. Ignored for a QP of a connection manager id.
     pub port: u32,
+    /// Scatter/gather entries per RDMA READ or WRITE of an [`RwCtx`](super::rw::RwCtx): the
+    /// core splits a transfer into operations of at most this many pages (READs also within
+    /// the device's `max_sge_rd`), each a message of its own on the wire. 0 (the default):
+    /// `send_sge`. Needs `rdma_ctxs`; at most the device's `max_send_sge`, but not bound by
+    /// [`MAX_SGE`](super::dma::MAX_SGE), since the core builds these lists itself.
+    pub rw_sge: u32,
 }
 
 impl Default for QpCaps {
@@ -125,6 +131,7 @@ impl Default for QpCaps {
             max_inline: 0,
             rdma_ctxs: 0,
             port: 0,
+            rw_sge: 0,
         }
     }
 }
@@ -402,7 +409,8 @@ impl Qp<Reset> {
     ///
     /// `EINVAL` when a depth is zero or above the device's `max_qp_wr` (less the drain slot and
     /// the entries of `rdma_ctxs`), an SGE count is zero or above the device's limit (or this
-    /// crate's), `rdma_ctxs` is set without a port of the device, the CQs belong to another
+    /// crate's), `rw_sge` is set without `rdma_ctxs` or above the device's `max_send_sge`,
+    /// `rdma_ctxs` is set without a port of the device, the CQs belong to another
     /// device, or a CQ has not enough free entries for the queues reporting to it (a CQ overrun
     /// is fatal).
     pub fn new(
@@ -534,6 +542,9 @@ fn create(
     let attrs = pd.device().attrs();
     let max_send_sge = attrs.max_send_sge().min(super::dma::MAX_SGE as u32);
     check_queue(pd, caps.send_depth, caps.send_sge, max_send_sge)?;
+    if caps.rw_sge > attrs.max_send_sge() || (caps.rw_sge != 0 && caps.rdma_ctxs == 0) {
+        return Err(EINVAL);
+    }
     let dev = pd.device().as_raw();
     if send_cq.device().as_raw() != dev || recv_cq.device().as_raw() != dev {
         return Err(EINVAL);
@@ -580,7 +591,9 @@ fn create(
     init.recv_cq = recv_cq.as_raw();
     init.cap.max_send_wr = caps.send_depth + 1;
     init.cap.max_recv_wr = recv_reserved;
-    init.cap.max_send_sge = caps.send_sge;
+    // The core's R/W contexts size their operations by the QP's `max_send_sge`; the
+    // crate's own operations stay within `send_sge` (checked when posted).
+    init.cap.max_send_sge = caps.send_sge.max(caps.rw_sge);
     init.cap.max_recv_sge = caps.recv_sge;
     init.cap.max_inline_data = caps.max_inline;
     init.cap.max_rdma_ctxs = caps.rdma_ctxs;

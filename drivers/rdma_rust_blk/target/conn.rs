@@ -26,7 +26,7 @@ use kernel::prelude::*;
 use kernel::rdma::{
     cm::CmId,
     cq::{Cq, PollContext, Wc, WcStatus},
-    dma::{DmaBuf, FromDevice, ToDevice, MAX_SGE},
+    dma::{DmaBuf, FromDevice, ToDevice},
     mr::Remote,
     pd::Pd,
     qp::{Init, Qp, QpCaps, Rts},
@@ -149,11 +149,15 @@ impl TgtConn {
         let pd = Pd::new(&dev)?;
         let d = u32::from(depth);
         // Two answers per tag may be out at once (see `Pool`), each with its RDMA operations
-        // (a scatter/gather entry per staging page, at most `MAX_SGE` per operation) and its
-        // response; the core adds the registrations of the MR path for each R/W context.
+        // and its response; the core adds the registrations of the MR path for each R/W
+        // context. An operation names a scatter/gather entry per staging page: an I/O's pages
+        // in one operation if the device takes that many (one message, one acknowledgement),
+        // as many as it takes otherwise (READs also within `max_sge_rd`).
         let answers = 2 * d;
-        let sge = IO_PAGES.min(MAX_SGE);
-        let send_depth = answers * (IO_PAGES.div_ceil(sge) as u32 + 1) + 4;
+        let attrs = dev.attrs();
+        let rw_sge = (IO_PAGES as u32).min(attrs.max_send_sge());
+        let per_op = rw_sge.min(attrs.max_sge_rd()).max(1);
+        let send_depth = answers * ((IO_PAGES as u32).div_ceil(per_op) + 1) + 4;
         // The CQ takes every send queue entry (with the core's: up to 3 per context) and every
         // receive.
         let cq = Cq::new(
@@ -180,8 +184,8 @@ impl TgtConn {
         let caps = QpCaps {
             send_depth,
             recv_depth: d,
-            send_sge: sge as u32,
             rdma_ctxs: answers,
+            rw_sge,
             port: id.port(),
             ..QpCaps::default()
         };

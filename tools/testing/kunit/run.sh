@@ -204,6 +204,8 @@ if [ "$mode" = bench ]; then
 	[ -z "${BENCH_ULP_LAT:-}" ] || extra="$extra rdmatest.ulp_lat=$BENCH_ULP_LAT"
 	# More keys of rdma_rust_blk's connect (comma-separated; e.g. zerocopy=0).
 	[ -z "${BENCH_BLK_CONNECT:-}" ] || extra="$extra rdmatest.blk_connect=$BENCH_BLK_CONNECT"
+	# The cases of script-blk-profile.sh (RW:QD:BS,...; e.g. read:8:128k).
+	[ -z "${BENCH_PROF:-}" ] || extra="$extra rdmatest.prof=$BENCH_PROF"
 	t1=$(date +%s)
 	log "one guest on the release kernel: the ULP against perftest and rping (log: $run_dir/bench.log)"
 	logs=() status=ok

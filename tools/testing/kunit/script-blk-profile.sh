@@ -9,8 +9,8 @@
 #     BENCH_CASES=script BENCH_TOPOLOGY=loopback FLAVOR=release make bench
 #
 # For each of 4 KiB random write and read at queue depth 1 and random write at
-# depth 32 (or the cases of `RDMATEST_EXTRA=rdmatest.prof=RW:QD:BS,...`, e.g.
-# `read:8:128k`), fio runs 8 s on
+# depth 32 (or the cases of `BENCH_PROF=RW:QD:BS,...`, e.g. `read:8:128k`),
+# fio runs 8 s on
 # nvme-rdma's disk, then on rdma_rust_blk's, under `perf record -a` (cpu-clock
 # samples of both CPUs, kernel symbols from /proc/kallsyms); the console gets
 # each run's IOPS, what rxe0's hardware counters moved by (packets, retries,

@@ -140,6 +140,7 @@ RDMA_KUNIT_CASE(rdma_kunit_sound_srq_flush_context)
 RDMA_KUNIT_CASE(rdma_kunit_sound_drain_in_build)
 RDMA_KUNIT_CASE(rdma_kunit_sound_concurrent_drain)
 RDMA_KUNIT_CASE(rdma_kunit_rw_read_write)
+RDMA_KUNIT_CASE(rdma_kunit_rw_sge)
 RDMA_KUNIT_CASE(rdma_kunit_rw_chained_response)
 RDMA_KUNIT_CASE(rdma_kunit_rw_refusals)
 RDMA_KUNIT_CASE(rdma_kunit_rw_remote_invalidate)
@@ -237,6 +238,7 @@ static struct kunit_suite rdma_soundness_suite = {
  */
 static struct kunit_case rdma_storage_cases[] = {
 	KUNIT_CASE_SLOW(rdma_kunit_rw_read_write_case),
+	KUNIT_CASE(rdma_kunit_rw_sge_case),
 	KUNIT_CASE(rdma_kunit_rw_chained_response_case),
 	KUNIT_CASE(rdma_kunit_rw_refusals_case),
 	KUNIT_CASE(rdma_kunit_rw_remote_invalidate_case),

@@ -123,6 +123,38 @@ fn target_mr(b: &Qp<Rts>, n: usize, seq: Option<u32>) -> Result<Mr> {
     register(b, mr, Access::REMOTE_READ | Access::REMOTE_WRITE)
 }
 
+/// Moves `len` bytes of `n` pages each way between `a` and `b` through the core's R/W API: a
+/// READ of `b`'s pattern `seq` into zeroed pages, then a WRITE of pattern `seq + 1` into `b`'s
+/// zeroed pages, the data checked both times. `seen(op, send queue entries, MR path)` sees
+/// each transfer before it is posted.
+fn read_then_write(
+    a: &Arc<Qp<Rts>>,
+    b: &Qp<Rts>,
+    pd: &Arc<Pd>,
+    (n, len): (usize, usize),
+    seq: u32,
+    mut seen: impl FnMut(&str, u32, bool) -> Result,
+) -> Result {
+    let mr = target_mr(b, n, Some(seq))?;
+    let rw = RwCtx::<FromDevice>::new(a, zero_pages(n)?, len, mr.remote()?).map_err(|(e, _)| e)?;
+    seen("READ", rw.wqes(), rw.uses_mr())?;
+    let d = post_one(a, rw, WcStatus::Success, WcOpcode::RdmaRead, |rw, ops| {
+        ops.rw(rw)?;
+        Ok(())
+    })?;
+    let back: DmaSg = DmaSg::from_pages(pd, d.payload.into_pages()).map_err(|(e, _)| e)?;
+    check_pattern(|at, out| back.read(at, out), len, n * PAGE_SIZE, seq)?;
+    let mr = target_mr(b, n, None)?;
+    let rw = RwCtx::<ToDevice>::new(a, pattern_pages(pd, n, seq + 1)?, len, mr.remote()?)
+        .map_err(|(e, _)| e)?;
+    seen("WRITE", rw.wqes(), rw.uses_mr())?;
+    post_one(a, rw, WcStatus::Success, WcOpcode::RdmaWrite, |rw, ops| {
+        ops.rw(rw)?;
+        Ok(())
+    })?;
+    check_pattern(|at, out| mr.read(at, out), len, n * PAGE_SIZE, seq + 1)
+}
+
 /// RDMA READ and WRITE of 1, 16 and 256 pages through the core's R/W API, each way, with the
 /// data checked; the path (SGEs, or MRs under `force_mr`) is the one the guest asks for.
 #[no_mangle]
@@ -140,38 +172,83 @@ extern "C" fn rdma_kunit_rw_read_write() -> c_int {
             (256, 256 * PAGE_SIZE),
         ] {
             let RwPair { a, b, pd, cq: _cq } = rw_pair(&dev)?;
-            // READ: the peer's pattern lands in our pages.
-            let mr = target_mr(&b, n, Some(7))?;
-            let rw = RwCtx::<FromDevice>::new(&a, zero_pages(n)?, len, mr.remote()?)
-                .map_err(|(e, _)| e)?;
-            check!(
-                rw.uses_mr() == forced,
-                "{} pages: the core took the {} path",
-                n,
-                if rw.uses_mr() { "MR" } else { "SGE" }
-            );
-            pr_info!(
-                "rdma_rw: READ of {} bytes in {} send queue entries\n",
-                len,
-                rw.wqes()
-            );
-            let d = post_one(&a, rw, WcStatus::Success, WcOpcode::RdmaRead, |rw, ops| {
-                ops.rw(rw)?;
+            read_then_write(&a, &b, &pd, (n, len), 7, |op, wqes, mr| {
+                check!(
+                    mr == forced,
+                    "{} pages: the core took the {} path",
+                    n,
+                    if mr { "MR" } else { "SGE" }
+                );
+                pr_info!("rdma_rw: {op} of {len} bytes in {wqes} send queue entries\n");
                 Ok(())
             })?;
-            let back: DmaSg = DmaSg::from_pages(&pd, d.payload.into_pages()).map_err(|(e, _)| e)?;
-            check_pattern(|at, out| back.read(at, out), len, n * PAGE_SIZE, 7)?;
-            // WRITE: our pattern lands in the peer's (zeroed) pages.
-            let mr = target_mr(&b, n, None)?;
-            let rw = RwCtx::<ToDevice>::new(&a, pattern_pages(&pd, n, 9)?, len, mr.remote()?)
-                .map_err(|(e, _)| e)?;
-            post_one(&a, rw, WcStatus::Success, WcOpcode::RdmaWrite, |rw, ops| {
-                ops.rw(rw)?;
-                Ok(())
-            })?;
-            check_pattern(|at, out| mr.read(at, out), len, n * PAGE_SIZE, 9)?;
-            drop((mr, back, b, a));
+            drop((b, a));
         }
+        leak_check()
+    })())
+}
+
+/// `rw_sge` sizes the core's RDMA operations: 32 pages move in one READ and one WRITE when the
+/// QP allows 32 entries per operation, in two with the default (16, the QP's `send_sge`), the
+/// data checked both ways; a QP that asks for `rw_sge` without `rdma_ctxs`, or above the
+/// device's `max_send_sge`, is refused.
+#[no_mangle]
+extern "C" fn rdma_kunit_rw_sge() -> c_int {
+    ret((|| {
+        let dev = rxe0()?;
+        let forced = force_mr()?;
+        let max = dev.attrs().max_send_sge();
+        let n = 32usize;
+        let len = n * PAGE_SIZE;
+        check!(max >= n as u32, "rxe0 allows {} send SGEs, not {}", max, n);
+        for rw_sge in [0u32, n as u32] {
+            let caps = QpCaps {
+                rw_sge,
+                ..rw_caps()
+            };
+            let p = rc_pair_with(&dev, &caps, PollContext::Softirq, &RcParams::default())?;
+            let (a, b, pd) = (Arc::new(p.a, GFP_KERNEL)?, p.b, p.pd);
+            let per_op = if rw_sge == 0 { caps.send_sge } else { rw_sge } as usize;
+            read_then_write(&a, &b, &pd, (n, len), 5, |op, wqes, _| {
+                // The MR path registers the pages in one MR of the pool whatever the entries.
+                check!(
+                    forced || wqes as usize == n.div_ceil(per_op),
+                    "rw_sge {}: a {} of {} pages takes {} send queue entries",
+                    rw_sge,
+                    op,
+                    n,
+                    wqes
+                );
+                Ok(())
+            })?;
+            drop((b, a));
+        }
+        let pd = Pd::new(&dev)?;
+        let cq = Cq::new(&dev, 64, 0, PollContext::Softirq)?;
+        for (caps, what) in [
+            (
+                QpCaps {
+                    rw_sge: 8,
+                    ..QpCaps::default()
+                },
+                "rw_sge without rdma_ctxs",
+            ),
+            (
+                QpCaps {
+                    rw_sge: max + 1,
+                    ..rw_caps()
+                },
+                "rw_sge above the device's max_send_sge",
+            ),
+        ] {
+            let r = Qp::new(&pd, QpType::Rc, &cq, &cq, &caps);
+            check!(
+                matches!(&r, Err(e) if *e == EINVAL),
+                "{}: not refused with EINVAL",
+                what
+            );
+        }
+        drop((cq, pd));
         leak_check()
     })())
 }
