@@ -10,14 +10,15 @@
 #
 # For each of 4 KiB random write and read at queue depth 1 and random write at
 # depth 32 (or the cases of `BENCH_PROF=RW:QD:BS,...`, e.g. `read:8:128k`),
-# fio runs 8 s on
-# nvme-rdma's disk, then on rdma_rust_blk's, under `perf record -a` (cpu-clock
-# samples of both CPUs, kernel symbols from /proc/kallsyms); the console gets
-# each run's IOPS, what rxe0's hardware counters moved by (packets, retries,
-# NAKs, per I/O), its hottest symbols, and its samples by command and by
-# module, and the functions of the two block stacks' modules (`PROFILE`,
-# `COMM`, `DSO`, `MODULES` sections of the bench log). Sampling costs
-# time of its own: the IOPS are for reading the profile, not for the table.
+# fio runs 8 s on nvme-rdma's disk, then on rdma_rust_blk's, under
+# `perf record -a` (cpu-clock samples of both CPUs, kernel symbols from
+# /proc/kallsyms); the console gets each run's IOPS, what rxe0's hardware
+# counters (packets, retries, NAKs) and the CPUs' context switches,
+# interrupts and softirqs moved by, per I/O, its hottest symbols, its samples
+# by command and by module, and the functions of the two block stacks'
+# modules (`PROFILE`, `COMM`, `DSO`, `MODULES` sections of the bench log).
+# Sampling costs time of its own: the IOPS are for reading the profile, not
+# for the table; one 8 s run of a case moves by 10-25 % from run to run.
 
 PROF_SECS=8
 PROF_CASES=$(arg rdmatest.prof | tr , ' ')
@@ -27,10 +28,15 @@ rrbd=$(blkb_rrbd_up) || { bench_say "fail case=profile side=ulp round=0 (rdma_ru
 echo 0 > /proc/sys/kernel/kptr_restrict
 echo -1 > /proc/sys/kernel/perf_event_paranoid
 # hw_snap FILE: rxe0's non-zero hardware counters (guest-init.sh's
-# `counters`), one "name value" per line; the delta below reads an absent
-# one as 0.
+# `counters`), the context switches and interrupts of /proc/stat and the
+# softirqs of /proc/softirqs (all CPUs), one "name value" per line; the delta
+# below reads an absent one as 0.
 hw_snap() {
-	counters rxe0 | tr ' ' '\n' | tr = ' ' | grep . > "$1"
+	{
+		counters rxe0 | tr ' ' '\n' | sed -n 's/^\(.*\)=/rxe0:\1 /p'
+		awk '$1 == "ctxt" || $1 == "intr" { print "stat:" $1, $2 }' /proc/stat
+		awk 'NR > 1 { n = 0; for (i = 2; i <= NF; i++) n += $i; sub(":", "", $1); print "softirq:" $1, n }' /proc/softirqs
+	} > "$1"
 }
 # prof_report FILE SORT LIMIT [ARGS...]: perf's table, without its comments.
 prof_report() {
@@ -62,11 +68,12 @@ for c in $PROF_CASES; do
 		hw_snap /tmp/hw.after
 		{
 			echo "=== PROFILE $rw $bs QD$qd $side /dev/$d: $(grep -o 'IOPS=[^,]*' /tmp/fio.out)"
-			# What rxe did meanwhile, per I/O: packets, retries, NAKs.
+			# What rxe did meanwhile, per I/O (packets, retries, NAKs), and the CPUs
+			# (context switches, interrupts, softirqs by kind).
 			awk -v ios="$(grep -o 'issued rwts: total=[0-9]*,[0-9]*' /tmp/fio.out | tr -dc '0-9,' | tr , +)" '
 				BEGIN { n = 0; split(ios, p, "+"); for (i in p) n += p[i] }
 				FILENAME == ARGV[1] { b[$1] = $2; next }
-				$2 != b[$1] { printf "rxe0 %s +%d (%.2f per I/O)\n", $1, $2 - b[$1], ($2 - b[$1]) / (n > 0 ? n : 1) }
+				$2 != b[$1] { printf "%s +%d (%.2f per I/O)\n", $1, $2 - b[$1], ($2 - b[$1]) / (n > 0 ? n : 1) }
 			' /tmp/hw.before /tmp/hw.after
 			prof_report $data sym 0.4 | head -40
 			echo "=== COMM $rw QD$qd $side"
