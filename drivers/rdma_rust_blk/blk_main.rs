@@ -23,13 +23,14 @@
 //! The wire protocol is in [`proto`], the roles in [`target`] and [`initiator`].
 
 use core::sync::atomic::{AtomicPtr, Ordering};
+use kernel::debugfs::{ControlFile, Dir, SeqFile, ShowFile};
 use kernel::rdma::{
     client::{Client, ClientStorage, Registration},
     cm::SockAddr,
     device::Device,
 };
 use kernel::sync::{Arc, Mutex};
-use kernel::{c_str, ffi::c_char, new_mutex, prelude::*, str::CStr};
+use kernel::{c_str, new_mutex, prelude::*, str::CStr};
 
 // In dependency order: each module uses only those above it.
 mod initiator;
@@ -48,12 +49,6 @@ module! {
     author: "rdma-rust developers",
     description: "Block storage over RDMA in Rust: RAM volumes exported and served as disks",
     license: "GPL",
-}
-
-extern "C" {
-    fn rdma_rust_blk_seq_write(m: *mut core::ffi::c_void, s: *const u8, len: usize);
-    fn rdma_rust_blk_debugfs_init() -> i32;
-    fn rdma_rust_blk_debugfs_exit();
 }
 
 /// The module's state.
@@ -79,6 +74,8 @@ fn state() -> Result<&'static State> {
 }
 
 struct RustBlk {
+    /// `ctl` and `status`; removed first, by `drop`.
+    files: Option<Dir>,
     // Dropped in this order: the client first (its `remove` needs the state), then `STATE`
     // is cleared, then the state goes.
     _reg: Registration<BlkClient>,
@@ -112,16 +109,21 @@ impl kernel::Module for RustBlk {
                 return Err(e);
             }
         };
-        // SAFETY: Creates the debugfs files; their callbacks use the state published above.
-        let ret = unsafe { rdma_rust_blk_debugfs_init() };
-        if ret < 0 {
-            pr_err!("cannot create the debugfs files: {ret}\n");
-            drop(reg);
-            STATE.store(core::ptr::null_mut(), Ordering::Release);
-            return Err(Error::from_errno(ret));
-        }
+        // The files' callbacks use the state published above.
+        let files = match Dir::new(c_str!("rdma_rust_blk")) {
+            Ok(dir) => dir,
+            Err(e) => {
+                pr_err!("cannot create the debugfs directory: {e:?}\n");
+                drop(reg);
+                STATE.store(core::ptr::null_mut(), Ordering::Release);
+                return Err(e);
+            }
+        };
+        files.control::<Ctl>(c_str!("ctl"));
+        files.show::<Status>(c_str!("status"));
         pr_info!("loaded\n");
         Ok(RustBlk {
+            files: Some(files),
             _reg: reg,
             _published: Published,
             state,
@@ -131,8 +133,8 @@ impl kernel::Module for RustBlk {
 
 impl Drop for RustBlk {
     fn drop(&mut self) {
-        // SAFETY: Removes the debugfs files; returns once no ctl or status call is running.
-        unsafe { rdma_rust_blk_debugfs_exit() };
+        // Returns once no ctl write or status read is running.
+        drop(self.files.take());
         // Everything goes before the client: the disks, then the exports.
         let disks = core::mem::take(&mut *self.state.disks.lock());
         for d in disks.into_iter().flatten() {
@@ -529,8 +531,7 @@ fn command(s: &State, cmd: Cmd) -> Result {
 }
 
 /// The `status` text.
-fn status(s: &State, t: &mut Text) -> core::fmt::Result {
-    use core::fmt::Write;
+fn status(s: &State, t: &mut impl core::fmt::Write) -> core::fmt::Result {
     use core::sync::atomic::Ordering::Relaxed;
     writeln!(t, "volumes:")?;
     for e in s.exports.lock().iter() {
@@ -584,48 +585,22 @@ fn status(s: &State, t: &mut Text) -> core::fmt::Result {
     Ok(())
 }
 
-/// Text built for a seq_file read.
-struct Text(KVec<u8>);
+/// `ctl`: one command per write.
+struct Ctl;
 
-impl core::fmt::Write for Text {
-    fn write_str(&mut self, s: &str) -> core::fmt::Result {
-        self.0
-            .extend_from_slice(s.as_bytes(), GFP_KERNEL)
-            .map_err(|_| core::fmt::Error)
+impl ControlFile for Ctl {
+    const MAX_LEN: usize = 512;
+
+    fn write(data: &[u8]) -> Result {
+        command(state()?, parse(data)?)
     }
 }
 
-/// Entry point of a `ctl` write.
-///
-/// # Safety
-///
-/// `buf` must be valid for reads of `len` bytes for the duration of the call (the glue passes
-/// the copied user buffer). Process context.
-#[no_mangle]
-unsafe extern "C" fn rdma_rust_blk_ctl(buf: *const c_char, len: usize) -> i32 {
-    // SAFETY: Per the safety requirements.
-    let input = unsafe { core::slice::from_raw_parts(buf.cast::<u8>(), len) };
-    match state().and_then(|s| command(s, parse(input)?)) {
-        Ok(()) => 0,
-        Err(e) => e.to_errno(),
-    }
-}
+/// `status`: the volumes and disks.
+struct Status;
 
-/// Entry point of a `status` read: writes the text into the seq_file `m`.
-///
-/// # Safety
-///
-/// `m` must be the seq_file of a read in progress. Process context.
-#[no_mangle]
-unsafe extern "C" fn rdma_rust_blk_status(m: *mut core::ffi::c_void) -> i32 {
-    let Ok(s) = state() else {
-        return ENODEV.to_errno();
-    };
-    let mut t = Text(KVec::new());
-    if status(s, &mut t).is_err() {
-        return ENOMEM.to_errno();
+impl ShowFile for Status {
+    fn show(m: &SeqFile) -> Result {
+        status(state()?, &mut &*m).map_err(|_| ENOMEM)
     }
-    // SAFETY: `m` is the seq_file of the read in progress; the text lives for the call.
-    unsafe { rdma_rust_blk_seq_write(m, t.0.as_ptr(), t.0.len()) };
-    0
 }

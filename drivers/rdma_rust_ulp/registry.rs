@@ -409,17 +409,6 @@ impl Ulp {
     }
 }
 
-/// Collects formatted text for a seq_file.
-pub(crate) struct Text(pub(crate) KVec<u8>);
-
-impl core::fmt::Write for Text {
-    fn write_str(&mut self, s: &str) -> core::fmt::Result {
-        self.0
-            .extend_from_slice(s.as_bytes(), GFP_KERNEL)
-            .map_err(|_| core::fmt::Error)
-    }
-}
-
 /// A time in ns, shown in microseconds with two decimals, right-aligned in the field's width.
 struct Micros(u64);
 
@@ -435,8 +424,7 @@ impl core::fmt::Display for Micros {
     }
 }
 
-pub(crate) fn stats_text(u: &Ulp, t: &mut Text) -> core::fmt::Result {
-    use core::fmt::Write;
+pub(crate) fn stats_text(u: &Ulp, t: &mut impl core::fmt::Write) -> core::fmt::Result {
     use stats::Stats as S;
     writeln!(
         t,

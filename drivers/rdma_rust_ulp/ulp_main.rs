@@ -11,6 +11,7 @@
 //! drained and freed before `remove` returns; unloading the module does the same for every
 //! device, after the debugfs files are gone (so no control request races with it).
 
+use kernel::debugfs::{ControlFile, Dir, SeqFile, ShowFile};
 use kernel::rdma::{
     client::{Client, ClientStorage, Registration},
     device::Device,
@@ -28,7 +29,7 @@ mod util;
 mod watchdog;
 
 use ctl::{Defaults, Show};
-use registry::{StateGuard, Text, Ulp, UlpDev};
+use registry::{StateGuard, Ulp, UlpDev};
 use watchdog::{Watchdog, WatchdogGuard};
 
 module! {
@@ -43,12 +44,11 @@ extern "C" {
     fn rdma_rust_ulp_param_default_depth() -> u32;
     fn rdma_rust_ulp_param_default_poll() -> *const c_char;
     fn rdma_rust_ulp_param_max_runs() -> u32;
-    fn rdma_rust_ulp_seq_write(m: *mut core::ffi::c_void, s: *const u8, len: usize);
-    fn rdma_rust_ulp_debugfs_init() -> i32;
-    fn rdma_rust_ulp_debugfs_exit();
 }
 
 struct RustUlp {
+    /// `ctl` and `stats`; removed first, by `drop`, so no control request races with the rest.
+    files: Option<Dir>,
     // Dropped in this order: the watchdog (it ticks the runs), the client (its `remove` needs
     // the state), then the state.
     _watchdog: WatchdogGuard,
@@ -89,12 +89,12 @@ impl kernel::Module for RustUlp {
         let state = Ulp::publish(defaults, max_runs)?;
         let reg = Registration::<UlpClient>::new()?;
         let watchdog = Watchdog::start()?;
-        // SAFETY: Creates the debugfs files; their callbacks use the state published above.
-        let ret = unsafe { rdma_rust_ulp_debugfs_init() };
-        if ret < 0 {
-            pr_err!("cannot create the debugfs files: {ret}\n");
-            return Err(Error::from_errno(ret));
-        }
+        // The files' callbacks use the state published above.
+        let files = Dir::new(c_str!("rdma_rust_ulp")).inspect_err(|e| {
+            pr_err!("cannot create the debugfs directory: {e:?}\n");
+        })?;
+        files.control::<Ctl>(c_str!("ctl"));
+        files.show::<Stats>(c_str!("stats"));
         pr_info!(
             "loaded (default_depth={} default_poll={} max_runs={})\n",
             defaults.depth,
@@ -102,6 +102,7 @@ impl kernel::Module for RustUlp {
             max_runs
         );
         Ok(RustUlp {
+            files: Some(files),
             _watchdog: watchdog,
             _reg: reg,
             _state: state,
@@ -111,8 +112,8 @@ impl kernel::Module for RustUlp {
 
 impl Drop for RustUlp {
     fn drop(&mut self) {
-        // SAFETY: Removes the debugfs files; returns once no ctl or stats call is running.
-        unsafe { rdma_rust_ulp_debugfs_exit() };
+        // Returns once no ctl write or stats read is running.
+        drop(self.files.take());
         // The fields go next: unregistering the client stops and frees every run.
     }
 }
@@ -137,41 +138,23 @@ impl Client for UlpClient {
     }
 }
 
-/// Entry point of a `ctl` write.
-///
-/// # Safety
-///
-/// `buf` must be valid for reads of `len` bytes for the duration of the call (the glue passes
-/// the copied user buffer). Process context.
-#[no_mangle]
-unsafe extern "C" fn rdma_rust_ulp_ctl(buf: *const c_char, len: usize) -> i32 {
-    // SAFETY: Per the safety requirements.
-    let input = unsafe { core::slice::from_raw_parts(buf.cast::<u8>(), len) };
-    let r = registry::ulp().and_then(|u| {
-        let cmd = ctl::parse(input, u.defaults())?;
-        u.command(cmd)
-    });
-    match r {
-        Ok(()) => 0,
-        Err(e) => e.to_errno(),
+/// `ctl`: one command per write (see [`ctl`]).
+struct Ctl;
+
+impl ControlFile for Ctl {
+    const MAX_LEN: usize = 1024;
+
+    fn write(data: &[u8]) -> Result {
+        let u = registry::ulp()?;
+        u.command(ctl::parse(data, u.defaults())?)
     }
 }
 
-/// Entry point of a `stats` read: writes the table into the seq_file `m`.
-///
-/// # Safety
-///
-/// `m` must be the seq_file of a read in progress. Process context.
-#[no_mangle]
-unsafe extern "C" fn rdma_rust_ulp_stats(m: *mut core::ffi::c_void) -> i32 {
-    let Ok(u) = registry::ulp() else {
-        return ENODEV.to_errno();
-    };
-    let mut t = Text(KVec::new());
-    if registry::stats_text(u, &mut t).is_err() {
-        return ENOMEM.to_errno();
+/// `stats`: the table of runs.
+struct Stats;
+
+impl ShowFile for Stats {
+    fn show(m: &SeqFile) -> Result {
+        registry::stats_text(registry::ulp()?, &mut &*m).map_err(|_| ENOMEM)
     }
-    // SAFETY: `m` is the seq_file of the read in progress; the text lives for the call.
-    unsafe { rdma_rust_ulp_seq_write(m, t.0.as_ptr(), t.0.len()) };
-    0
 }

@@ -37,9 +37,9 @@ log "clippy: kernel::rdma"
 clippy_warnings() {
 	grep -E '^(warning|error)' -A3 "$1" | grep -B3 -E -- "--> .*$2" | grep -E '^(warning|error)|-->' || true
 }
-# kernel::rdma, and kernel::block::mq, which the overlay extends.
-w=$(clippy_warnings "$LOGS/clippy-kernel.log" 'rust/kernel/(rdma|block)/')
-[ -z "$w" ] || { echo "$w" >&2; echo "check: clippy warnings in kernel::rdma or kernel::block" >&2; fail=1; }
+# kernel::rdma, kernel::block::mq, which the overlay extends, and kernel::debugfs, which it adds.
+w=$(clippy_warnings "$LOGS/clippy-kernel.log" 'rust/kernel/((rdma|block)/|debugfs\.rs)')
+[ -z "$w" ] || { echo "$w" >&2; echo "check: clippy warnings in kernel::rdma, kernel::block or kernel::debugfs" >&2; fail=1; }
 
 samples=()
 for s in "$PROJECT_DIR"/samples/rdma_rust/*.rs; do

@@ -43,8 +43,9 @@ dd_md5() {
 	echo "$sum"
 }
 
-# blk_bad_ctl: malformed commands are refused with an error, logged, and change
-# nothing (status and the RDMA resources as before).
+# blk_bad_ctl: malformed commands (and one longer than the 512 bytes ctl
+# takes) are refused with an error, logged, and change nothing (status and the
+# RDMA resources as before).
 blk_bad_ctl() {
 	local c before res bad=0
 	before=$(cat $BLK/status)
@@ -62,7 +63,7 @@ blk_bad_ctl() {
 		"connect addr=10.77.0.1 port=7400 name=vol0 depth=0" "connect addr=10.77.0.1 port=7400 name=vol0 depth=129" \
 		"connect addr=10.77.0.1 port=7400 name=vol0 zerocopy=2" "connect addr=10.77.0.1 port=7400 name=vol0 zerocopy=" \
 		"disconnect dev=rrbd9" "disconnect dev=sda" "disconnect" "export name=v size=1m addr=10.77.0.1 port=7401
-export name=w size=1m addr=10.77.0.1 port=7402"; do
+export name=w size=1m addr=10.77.0.1 port=7402" "export name=v size=1m addr=10.77.0.1 port=7401 $(printf '%600s' '')"; do
 		mark
 		if printf '%s' "$c" > $BLK/ctl 2> /dev/null; then
 			echo "accepted: '$c'"; bad=1
@@ -340,6 +341,26 @@ blk_hold_open() {
 }
 # blk_holder_closed: the holder has exited (and closed the device).
 blk_holder_closed() { wait "$(cat /tmp/holder)"; }
+# blk_hold_files SECONDS: a process holds status (for reading) and ctl (for
+# writing) open in the background until the module's directory is gone (at
+# most SECONDS), then reads status: across the rmmod that follows, so that
+# the read finds the file removed and the last close comes with the module
+# gone.
+blk_hold_files() {
+	(
+		i=0
+		while [ -d $BLK ] && [ $i -lt "$1" ]; do sleep 1; i=$((i + 1)); done
+		cat > /dev/null 2>&1
+		echo $? > /tmp/files-holder.rc
+	) < $BLK/status 3> $BLK/ctl &
+	echo $! > /tmp/files-holder
+}
+# blk_files_closed: the files' holder has exited; its read after the rmmod
+# failed (debugfs refuses calls into a removed file).
+blk_files_closed() {
+	wait "$(cat /tmp/files-holder)"
+	[ "$(cat /tmp/files-holder.rc)" != 0 ] || { echo "a read of a removed status file succeeded"; return 1; }
+}
 # blk_gone: the disk and the module's files are gone (after rmmod).
 blk_gone() { [ ! -e /dev/rrbd0 ] && [ ! -d $BLK ]; }
 
@@ -382,9 +403,11 @@ blk_suite() {
 	check blk_connect_after_link_delete blk_works_again
 	# rmmod under I/O removes the disk and the export.
 	check blk_held_open_across_rmmod blk_hold_open 10
+	check blk_files_held_across_rmmod blk_hold_files 90
 	check blk_rmmod_under_io blk_io_fails timeout 60 rmmod rdma_rust_blk
 	check blk_rmmod_removed_disk blk_gone
 	check blk_last_close_after_rmmod blk_holder_closed
+	check blk_files_closed_after_rmmod blk_files_closed
 	check blk_resources_back back_to_resources /tmp/blk-base
 	suite_end
 }
@@ -491,9 +514,11 @@ mode_blk_peer_a() {
 	check blk_peer_exported_third blk_peer_says 5045 exported
 	check blk_connect_after_peer_link_delete blk_connect queues=2 depth=8
 	check blk_held_open_across_rmmod blk_hold_open 10
+	check blk_files_held_across_rmmod blk_hold_files 90
 	check blk_rmmod_under_io blk_io_fails timeout 60 rmmod rdma_rust_blk
 	check blk_rmmod_removed_disk blk_gone
 	check blk_last_close_after_rmmod blk_holder_closed
+	check blk_files_closed_after_rmmod blk_files_closed
 	nc_send $BLK_PEER_B 5046 rmmod
 	check blk_resources_back back_to_resources /tmp/blk-base
 	check kmemleak_clean kmemleak_clean

@@ -40,8 +40,9 @@ ulp_run() {
 	ulp_clean "$(ulp_last_id)" "$n" "$r"
 }
 
-# bad_ctl: every malformed or out-of-range control string is refused with an
-# error (EINVAL, or ENODEV for a missing device), logs why, and starts nothing.
+# bad_ctl: every malformed or out-of-range control string (and one longer
+# than the 1024 bytes ctl takes) is refused with an error (EINVAL, or ENODEV
+# for a missing device), logs why, and starts nothing.
 bad_ctl() {
 	rows=$(wc -l < $ULP/stats)
 	bad=0
@@ -70,7 +71,8 @@ bad_ctl() {
 		"start dev=rxe0 role=client op=write peer=1:00000000000000000000ffff0a4d0001:1 hold=1" \
 		"go id=1 remote=xyz:1:1" "go id=1 remote=1:123456789:1000" "go id=1 remote=1:1" \
 		"start dev=rxe0 role=server op=write size=64k depth=32" \
-		"stop" "stop id=999" "stop id=x" "wait id=999 extra" "clear now"; do
+		"stop" "stop id=999" "stop id=x" "wait id=999 extra" "clear now" \
+		"start dev=rxe0 $(printf '%1100s' '')"; do
 		mark
 		if ulp_ctl "$c" 2> /tmp/err; then
 			echo "accepted: '$c'"; bad=1
