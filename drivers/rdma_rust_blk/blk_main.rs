@@ -23,7 +23,10 @@
 //! The wire protocol is in [`proto`], the roles in [`target`] and [`initiator`].
 
 use core::sync::atomic::{AtomicPtr, Ordering};
-use kernel::debugfs::{ControlFile, Dir, SeqFile, ShowFile};
+use kernel::debugfs::{
+    command::{parse_size, words, Escaped},
+    ControlFile, Dir, SeqFile, ShowFile,
+};
 use kernel::rdma::{
     client::{Client, ClientStorage, Registration},
     cm::SockAddr,
@@ -233,43 +236,6 @@ enum Cmd {
     Probe(ProbeSpec),
 }
 
-/// A number with an optional `k`, `m` or `g` suffix (powers of 1024).
-fn parse_num(v: &[u8]) -> Option<u64> {
-    let (digits, mult) = match v.last()? {
-        b'k' | b'K' => (&v[..v.len() - 1], 1u64 << 10),
-        b'm' | b'M' => (&v[..v.len() - 1], 1 << 20),
-        b'g' | b'G' => (&v[..v.len() - 1], 1 << 30),
-        _ => (v, 1),
-    };
-    if digits.is_empty() || digits.len() > 19 {
-        return None;
-    }
-    let n = digits.iter().try_fold(0u64, |n, &d| {
-        if d.is_ascii_digit() {
-            n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
-        } else {
-            None
-        }
-    })?;
-    n.checked_mul(mult)
-}
-
-/// Shows a byte string in a message, whatever it holds.
-struct Show<'a>(&'a [u8]);
-
-impl core::fmt::Display for Show<'_> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        for &c in self.0.iter().take(64) {
-            if c.is_ascii_graphic() {
-                core::fmt::Write::write_char(f, c as char)?;
-            } else {
-                write!(f, "\\x{c:02x}")?;
-            }
-        }
-        Ok(())
-    }
-}
-
 /// Refuses a command with `EINVAL` and says why.
 fn bad(what: core::fmt::Arguments<'_>) -> Error {
     pr_err!("ctl: {what}\n");
@@ -284,9 +250,7 @@ fn parse(input: &[u8]) -> Result<Cmd> {
         Some(_) => return Err(bad(format_args!("one command per write"))),
         None => input,
     };
-    let mut words = line
-        .split(|&c| c == b' ' || c == b'\t')
-        .filter(|w| !w.is_empty());
+    let mut words = words(line);
     let verb = words
         .next()
         .ok_or_else(|| bad(format_args!("empty command")))?;
@@ -301,7 +265,7 @@ fn parse(input: &[u8]) -> Result<Cmd> {
         _ => {
             return Err(bad(format_args!(
                 "unknown command '{}' (export, unexport, connect, disconnect, probe)",
-                Show(verb)
+                Escaped(verb)
             )))
         }
     };
@@ -310,37 +274,40 @@ fn parse(input: &[u8]) -> Result<Cmd> {
         let eq = w
             .iter()
             .position(|&c| c == b'=')
-            .ok_or_else(|| bad(format_args!("'{}' is not key=value", Show(w))))?;
+            .ok_or_else(|| bad(format_args!("'{}' is not key=value", Escaped(w))))?;
         let (k, v) = (&w[..eq], &w[eq + 1..]);
-        let i = keys
-            .iter()
-            .position(|&known| known == k)
-            .ok_or_else(|| bad(format_args!("{}: unknown key '{}'", Show(verb), Show(k))))?;
+        let i = keys.iter().position(|&known| known == k).ok_or_else(|| {
+            bad(format_args!(
+                "{}: unknown key '{}'",
+                Escaped(verb),
+                Escaped(k)
+            ))
+        })?;
         if v.is_empty() {
-            return Err(bad(format_args!("{}: empty value", Show(k))));
+            return Err(bad(format_args!("{}: empty value", Escaped(k))));
         }
         if vals[i].replace(v).is_some() {
-            return Err(bad(format_args!("{}: given twice", Show(k))));
+            return Err(bad(format_args!("{}: given twice", Escaped(k))));
         }
     }
     let need = |i: usize| {
         vals[i].ok_or_else(|| {
             bad(format_args!(
                 "{}: {}= is missing",
-                Show(verb),
-                Show(keys[i])
+                Escaped(verb),
+                Escaped(keys[i])
             ))
         })
     };
     let number = |i: usize, min: u64, max: u64| -> Result<u64> {
         let v = need(i)?;
-        parse_num(v)
+        parse_size(v)
             .filter(|n| (min..=max).contains(n))
             .ok_or_else(|| {
                 bad(format_args!(
                     "{}={}: must be {min}..={max}",
-                    Show(keys[i]),
-                    Show(v)
+                    Escaped(keys[i]),
+                    Escaped(v)
                 ))
             })
     };
@@ -349,7 +316,7 @@ fn parse(input: &[u8]) -> Result<Cmd> {
         Name::new(v).map_err(|_| {
             bad(format_args!(
                 "name={}: 1 to 32 letters, digits, '-', '_' or '.'",
-                Show(v)
+                Escaped(v)
             ))
         })
     };
@@ -358,7 +325,7 @@ fn parse(input: &[u8]) -> Result<Cmd> {
         SockAddr::parse(v, port).ok_or_else(|| {
             bad(format_args!(
                 "addr={}: not an IPv4 or IPv6 address",
-                Show(v)
+                Escaped(v)
             ))
         })
     };
@@ -427,13 +394,13 @@ fn parse(input: &[u8]) -> Result<Cmd> {
         }
         _ => {
             let v = need(0)?;
-            // Digits only: `parse_num` would take a size suffix.
+            // Digits only: `parse_size` would take a size suffix.
             let index = v
                 .strip_prefix(b"rrbd")
                 .filter(|d| d.iter().all(u8::is_ascii_digit))
-                .and_then(parse_num)
+                .and_then(parse_size)
                 .filter(|&n| n < 1024)
-                .ok_or_else(|| bad(format_args!("dev={}: not an rrbd disk", Show(v))))?;
+                .ok_or_else(|| bad(format_args!("dev={}: not an rrbd disk", Escaped(v))))?;
             Cmd::Disconnect {
                 index: index as u32,
             }
@@ -455,7 +422,7 @@ fn command(s: &State, cmd: Cmd) -> Result {
             let export = Export::new(volume, addr)?;
             pr_info!(
                 "export {name}: {size} bytes on {addr} ({})\n",
-                Show(
+                Escaped(
                     export
                         .device_name()
                         .as_ref()
@@ -542,7 +509,7 @@ fn status(s: &State, t: &mut impl core::fmt::Write) -> core::fmt::Result {
             e.volume.name,
             e.volume.size,
             e.addr,
-            Show(dev.as_ref().map_or(&b"-"[..], |n| n.as_bytes())),
+            Escaped(dev.as_ref().map_or(&b"-"[..], |n| n.as_bytes())),
             e.connections(),
             e.commands.load(Relaxed),
             e.errors.load(Relaxed)
@@ -561,7 +528,7 @@ fn status(s: &State, t: &mut impl core::fmt::Write) -> core::fmt::Result {
             d.index,
             c.name,
             c.addr,
-            Show(&c.dev_name),
+            Escaped(&c.dev_name),
             c.queues.len(),
             c.welcome.capacity,
             c.welcome.block_size,
@@ -601,6 +568,7 @@ struct Status;
 
 impl ShowFile for Status {
     fn show(m: &SeqFile) -> Result {
-        status(state()?, &mut &*m).map_err(|_| ENOMEM)
+        // Writing into a `SeqFile` cannot fail: only a `Display` impl could (`EINVAL`).
+        Ok(status(state()?, &mut &*m)?)
     }
 }

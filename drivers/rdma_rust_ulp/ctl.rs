@@ -56,6 +56,7 @@
 //! Parsing only checks syntax and ranges that do not depend on the device; the device's own
 //! limits are checked when the run is built. Every rejection says why in the kernel log.
 
+use kernel::debugfs::command::{parse_size, words, Escaped};
 use kernel::prelude::*;
 use kernel::rdma::{
     cm::{SockAddr, SockAddrV4},
@@ -270,46 +271,6 @@ pub(crate) fn parse_poll(v: &[u8]) -> Option<PollContext> {
     })
 }
 
-/// A decimal number with an optional k/m/g (x1024) suffix.
-fn parse_num(v: &[u8]) -> Option<u64> {
-    let (digits, mult) = match v.last()? {
-        b'k' | b'K' => (&v[..v.len() - 1], 1u64 << 10),
-        b'm' | b'M' => (&v[..v.len() - 1], 1 << 20),
-        b'g' | b'G' => (&v[..v.len() - 1], 1 << 30),
-        _ => (v, 1),
-    };
-    if digits.is_empty() || digits.len() > 19 {
-        return None;
-    }
-    let mut n: u64 = 0;
-    for &d in digits {
-        if !d.is_ascii_digit() {
-            return None;
-        }
-        n = n.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
-    }
-    n.checked_mul(mult)
-}
-
-/// Shows a byte string in a message, whatever it holds.
-pub(crate) struct Show<'a>(pub(crate) &'a [u8]);
-
-impl core::fmt::Display for Show<'_> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        for &b in self.0.iter().take(64) {
-            if b.is_ascii_graphic() {
-                write!(f, "{}", b as char)?;
-            } else {
-                write!(f, "\\x{b:02x}")?;
-            }
-        }
-        if self.0.len() > 64 {
-            write!(f, "...")?;
-        }
-        Ok(())
-    }
-}
-
 fn bad(what: core::fmt::Arguments<'_>) -> Error {
     pr_err!("ctl: {}\n", what);
     EINVAL
@@ -319,30 +280,23 @@ fn parse_target(words: &mut dyn Iterator<Item = &[u8]>, cmd: &str) -> Result<Tar
     let t = match words.next() {
         Some(b"all") => Target::All,
         Some(w) if w.starts_with(b"id=") => {
-            let id = parse_num(&w[3..])
+            let id = parse_size(&w[3..])
                 .and_then(|n| u32::try_from(n).ok())
-                .ok_or_else(|| bad(format_args!("{cmd}: bad run id '{}'", Show(&w[3..]))))?;
+                .ok_or_else(|| bad(format_args!("{cmd}: bad run id '{}'", Escaped(&w[3..]))))?;
             Target::Id(id)
         }
         Some(w) => {
             return Err(bad(format_args!(
                 "{cmd}: expected id=N or all, got '{}'",
-                Show(w)
+                Escaped(w)
             )))
         }
         None => return Err(bad(format_args!("{cmd}: expected id=N or all"))),
     };
     if let Some(w) = words.next() {
-        return Err(bad(format_args!("{cmd}: unexpected '{}'", Show(w))));
+        return Err(bad(format_args!("{cmd}: unexpected '{}'", Escaped(w))));
     }
     Ok(t)
-}
-
-/// The words of a command: what whitespace separates.
-fn words(input: &[u8]) -> impl Iterator<Item = &[u8]> + Clone {
-    input
-        .split(|c| c.is_ascii_whitespace())
-        .filter(|w| !w.is_empty())
 }
 
 /// The key of a `key=value` word (the whole word if it has no `=`).
@@ -362,7 +316,7 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
         b"fail" => return Ok(Command::Fail(parse_target(&mut words, "fail")?)),
         b"clear" => {
             if let Some(w) = words.next() {
-                return Err(bad(format_args!("clear: unexpected '{}'", Show(w))));
+                return Err(bad(format_args!("clear: unexpected '{}'", Escaped(w))));
             }
             return Ok(Command::Clear);
         }
@@ -371,7 +325,7 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
         _ => {
             return Err(bad(format_args!(
                 "unknown command '{}' (start, stop, wait, clear, connect, go, fail)",
-                Show(cmd)
+                Escaped(cmd)
             )))
         }
     }
@@ -409,35 +363,42 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
     let keys = words.clone();
     for (i, w) in words.enumerate() {
         let Some(eq) = w.iter().position(|&c| c == b'=') else {
-            return Err(bad(format_args!("start: '{}' is not key=value", Show(w))));
+            return Err(bad(format_args!(
+                "start: '{}' is not key=value",
+                Escaped(w)
+            )));
         };
         let (k, v) = (&w[..eq], &w[eq + 1..]);
         // A command is at most a page: comparing with the keys before is cheap enough.
         if keys.clone().take(i).any(|p| key_of(p) == k) {
-            return Err(bad(format_args!("start: {}= is given twice", Show(k))));
+            return Err(bad(format_args!("start: {}= is given twice", Escaped(k))));
         }
         let num = |lo: u64, hi: u64| {
-            parse_num(v)
+            parse_size(v)
                 .filter(|n| (lo..=hi).contains(n))
                 .ok_or_else(|| {
                     bad(format_args!(
                         "start: {}={} is not a number in {lo}..={hi}",
-                        Show(k),
-                        Show(v)
+                        Escaped(k),
+                        Escaped(v)
                     ))
                 })
         };
         let flag = || match v {
             b"0" => Ok(false),
             b"1" => Ok(true),
-            _ => Err(bad(format_args!("start: {}={} (0 or 1)", Show(k), Show(v)))),
+            _ => Err(bad(format_args!(
+                "start: {}={} (0 or 1)",
+                Escaped(k),
+                Escaped(v)
+            ))),
         };
         match k {
             b"mode" => {
                 s.mode = match v {
                     b"rc" => QpType::Rc,
                     b"ud" => QpType::Ud,
-                    _ => return Err(bad(format_args!("start: mode={} (rc or ud)", Show(v)))),
+                    _ => return Err(bad(format_args!("start: mode={} (rc or ud)", Escaped(v)))),
                 }
             }
             b"op" => {
@@ -451,7 +412,7 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
                     _ => {
                         return Err(bad(format_args!(
                             "start: op={} (send, send_imm, write, read or ping)",
-                            Show(v)
+                            Escaped(v)
                         )))
                     }
                 }
@@ -478,7 +439,7 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
                     _ => {
                         return Err(bad(format_args!(
                             "start: fault={} (none, bad_rkey, bad_qkey or bad_qpn)",
-                            Show(v)
+                            Escaped(v)
                         )))
                     }
                 }
@@ -486,7 +447,7 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
             b"cq" => s.cq = Some(num(1, u64::from(MAX_CQ))? as u32),
             b"dev" => {
                 if v.is_empty() || v.len() > DEV_MAX {
-                    return Err(bad(format_args!("start: bad device name '{}'", Show(v))));
+                    return Err(bad(format_args!("start: bad device name '{}'", Escaped(v))));
                 }
                 s.dev[..v.len()].copy_from_slice(v);
                 s.dev_len = v.len();
@@ -495,7 +456,7 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
                 s.poll = parse_poll(v).ok_or_else(|| {
                     bad(format_args!(
                         "start: poll={} (softirq, workqueue or direct)",
-                        Show(v)
+                        Escaped(v)
                     ))
                 })?
             }
@@ -512,14 +473,17 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
                     _ => {
                         return Err(bad(format_args!(
                             "start: role={} (loopback, server or client)",
-                            Show(v)
+                            Escaped(v)
                         )))
                     }
                 }
             }
             b"peer" => {
                 s.peer = Some(parse_endpoint(v).ok_or_else(|| {
-                    bad(format_args!("start: peer={} is not QPN:GID:PSN", Show(v)))
+                    bad(format_args!(
+                        "start: peer={} is not QPN:GID:PSN",
+                        Escaped(v)
+                    ))
                 })?)
             }
             b"cm" => {
@@ -530,7 +494,7 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
                     _ => {
                         return Err(bad(format_args!(
                             "start: cm={} (server or client)",
-                            Show(v)
+                            Escaped(v)
                         )))
                     }
                 }
@@ -540,7 +504,7 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
                 s.addr = SockAddr::parse(v, s.addr.port()).ok_or_else(|| {
                     bad(format_args!(
                         "start: addr={} is not an IPv4 or IPv6 address (A.B.C.D, X:X::X[%SCOPE])",
-                        Show(v)
+                        Escaped(v)
                     ))
                 })?;
             }
@@ -551,13 +515,13 @@ pub(crate) fn parse(input: &[u8], d: &Defaults) -> Result<Command> {
                         .ok_or_else(|| {
                             bad(format_args!(
                                 "start: mcast={} is not a multicast group (224.0.0.0/4, ff00::/8)",
-                                Show(v)
+                                Escaped(v)
                             ))
                         })?,
                 );
             }
             b"port" => s.addr = s.addr.with_port(num(1, 65535)? as u16),
-            _ => return Err(bad(format_args!("start: unknown key '{}'", Show(k)))),
+            _ => return Err(bad(format_args!("start: unknown key '{}'", Escaped(k)))),
         }
     }
     if s.pool && s.poll == PollContext::Direct {
@@ -758,23 +722,26 @@ fn parse_connect_go(cmd: &[u8], words: &mut dyn Iterator<Item = &[u8]>) -> Resul
     for w in words {
         if let Some(v) = w.strip_prefix(b"id=") {
             id = Some(
-                parse_num(v)
+                parse_size(v)
                     .and_then(|n| u32::try_from(n).ok())
-                    .ok_or_else(|| bad(format_args!("{name}: bad run id '{}'", Show(v))))?,
+                    .ok_or_else(|| bad(format_args!("{name}: bad run id '{}'", Escaped(v))))?,
             );
         } else if let (Some(v), "connect") = (w.strip_prefix(b"peer="), name) {
             peer = Some(parse_endpoint(v).ok_or_else(|| {
-                bad(format_args!("connect: peer={} is not QPN:GID:PSN", Show(v)))
+                bad(format_args!(
+                    "connect: peer={} is not QPN:GID:PSN",
+                    Escaped(v)
+                ))
             })?);
         } else if let (Some(v), "go") = (w.strip_prefix(b"remote="), name) {
             remote = Some(parse_remote(v).ok_or_else(|| {
                 bad(format_args!(
                     "go: remote={} is not ADDR:RKEY:LEN (hex)",
-                    Show(v)
+                    Escaped(v)
                 ))
             })?);
         } else {
-            return Err(bad(format_args!("{name}: unexpected '{}'", Show(w))));
+            return Err(bad(format_args!("{name}: unexpected '{}'", Escaped(w))));
         }
     }
     let id = id.ok_or_else(|| bad(format_args!("{name}: id= is required")))?;

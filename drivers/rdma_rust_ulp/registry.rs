@@ -4,11 +4,12 @@
 //! control file that act on them.
 
 use crate::cm;
-use crate::ctl::{self, Command, Defaults, Role, Show, ShowEndpoint, Spec, Target};
+use crate::ctl::{self, Command, Defaults, Role, ShowEndpoint, Spec, Target};
 use crate::run::Run;
 use crate::stats;
 use crate::util::{remove_at, retain};
 use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use kernel::debugfs::command::Escaped;
 use kernel::new_mutex;
 use kernel::prelude::*;
 use kernel::rdma::device::{Device, LinkLayer, Name, PortState, NAME_MAX};
@@ -316,7 +317,7 @@ impl Ulp {
             (run, None)
         } else {
             let Some(ud) = self.find(spec.dev()) else {
-                pr_err!("start: no RDMA device '{}'\n", Show(spec.dev()));
+                pr_err!("start: no RDMA device '{}'\n", Escaped(spec.dev()));
                 return Err(ENODEV);
             };
             let run = Run::build(&ud.dev, &spec, id).inspect_err(|e| {

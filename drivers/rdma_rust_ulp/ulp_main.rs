@@ -11,7 +11,7 @@
 //! drained and freed before `remove` returns; unloading the module does the same for every
 //! device, after the debugfs files are gone (so no control request races with it).
 
-use kernel::debugfs::{ControlFile, Dir, SeqFile, ShowFile};
+use kernel::debugfs::{command::Escaped, ControlFile, Dir, SeqFile, ShowFile};
 use kernel::rdma::{
     client::{Client, ClientStorage, Registration},
     device::Device,
@@ -28,7 +28,7 @@ mod stats;
 mod util;
 mod watchdog;
 
-use ctl::{Defaults, Show};
+use ctl::Defaults;
 use registry::{StateGuard, Ulp, UlpDev};
 use watchdog::{Watchdog, WatchdogGuard};
 
@@ -47,10 +47,11 @@ extern "C" {
 }
 
 struct RustUlp {
-    /// `ctl` and `stats`; removed first, by `drop`, so no control request races with the rest.
-    files: Option<Dir>,
-    // Dropped in this order: the watchdog (it ticks the runs), the client (its `remove` needs
-    // the state), then the state.
+    // Dropped in this order: the files `ctl` and `stats` (removing them returns once no
+    // control request or read is running, so none races with the rest), the watchdog (it
+    // ticks the runs), the client (its `remove` needs the state and stops and frees every
+    // run), then the state.
+    _files: Dir,
     _watchdog: WatchdogGuard,
     _reg: Registration<UlpClient>,
     _state: StateGuard,
@@ -72,7 +73,7 @@ fn defaults() -> Result<(Defaults, u32)> {
     let Some(poll) = ctl::parse_poll(poll.as_bytes()) else {
         pr_err!(
             "default_poll={}: must be softirq, workqueue or direct\n",
-            Show(poll.as_bytes())
+            Escaped(poll.as_bytes())
         );
         return Err(EINVAL);
     };
@@ -102,19 +103,11 @@ impl kernel::Module for RustUlp {
             max_runs
         );
         Ok(RustUlp {
-            files: Some(files),
+            _files: files,
             _watchdog: watchdog,
             _reg: reg,
             _state: state,
         })
-    }
-}
-
-impl Drop for RustUlp {
-    fn drop(&mut self) {
-        // Returns once no ctl write or stats read is running.
-        drop(self.files.take());
-        // The fields go next: unregistering the client stops and frees every run.
     }
 }
 
@@ -155,6 +148,7 @@ struct Stats;
 
 impl ShowFile for Stats {
     fn show(m: &SeqFile) -> Result {
-        registry::stats_text(registry::ulp()?, &mut &*m).map_err(|_| ENOMEM)
+        // Writing into a `SeqFile` cannot fail: only a `Display` impl could (`EINVAL`).
+        Ok(registry::stats_text(registry::ulp()?, &mut &*m)?)
     }
 }

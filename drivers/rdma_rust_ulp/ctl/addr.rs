@@ -4,7 +4,7 @@
 //! target (`ADDR:RKEY:LEN`), each parsed and shown in the form the control file takes (socket
 //! addresses: [`SockAddr::parse`](kernel::rdma::cm::SockAddr::parse)).
 
-use super::parse_num;
+use kernel::debugfs::command::parse_size;
 use kernel::rdma::{device::Gid, mr::Remote, qp::Endpoint};
 
 /// Shows an endpoint as `QPN:GID:PSN` (GID in 32 hex digits), the form `peer=` takes.
@@ -32,9 +32,9 @@ fn hex(c: u8) -> Option<u8> {
 /// Parses `QPN:GID:PSN` (see [`ShowEndpoint`]).
 pub(super) fn parse_endpoint(v: &[u8]) -> Option<Endpoint> {
     let mut parts = v.split(|&c| c == b':');
-    let qpn = u32::try_from(parse_num(parts.next()?)?).ok()?;
+    let qpn = u32::try_from(parse_size(parts.next()?)?).ok()?;
     let g = parts.next()?;
-    let psn = u32::try_from(parse_num(parts.next()?)?).ok()?;
+    let psn = u32::try_from(parse_size(parts.next()?)?).ok()?;
     if parts.next().is_some() || g.len() != 32 || qpn > 0xff_ffff || psn > 0xff_ffff {
         return None;
     }
