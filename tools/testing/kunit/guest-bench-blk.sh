@@ -122,6 +122,49 @@ blkb_check() {
 	echo "$what"
 }
 
+# blkb_script_cases DEFAULT ROUNDS FUNC: the loop of the scripts of one's own
+# that look into both disks (script-blk-profile.sh, script-blk-trace.sh): both
+# disks up, perf allowed to see the kernel, then for each case of
+# rdmatest.prof (`BENCH_PROF=RW:QD:BS,...`; DEFAULT if none) and ROUNDS
+# rounds of nvme-rdma's disk then rdma_rust_blk's, FUNC RW QD BS SIDE DEV;
+# both disks down.
+blkb_script_cases() {
+	local default=$1 rounds=$2 func=$3 cases c rw qd bs side d nvme rrbd
+	cases=$(arg rdmatest.prof | tr , ' ')
+	nvme=$(blkb_nvme_up) || { bench_say "fail case=script side=peer round=0 (nvme-rdma)"; return; }
+	rrbd=$(blkb_rrbd_up) || { bench_say "fail case=script side=ulp round=0 (rdma_rust_blk)"; blkb_nvme_down; return; }
+	echo 0 > /proc/sys/kernel/kptr_restrict
+	echo -1 > /proc/sys/kernel/perf_event_paranoid
+	for c in ${cases:-$default}; do
+		rw=${c%%:*} qd=${c#*:} bs=${c##*:}
+		qd=${qd%%:*}
+		case "$c:$rw:$qd:$bs" in
+		"$rw:$qd:$bs:$rw:$qd:$bs") ;;
+		*)
+			bench_say "fail case=script side=peer round=0 (rdmatest.prof: $c is not RW:QD:BS)"
+			continue ;;
+		esac
+		for side in $(seq 1 "$rounds" | sed 's/.*/peer ulp/'); do
+			if [ $side = peer ]; then d=$nvme; else d=$rrbd; fi
+			$func "$rw" "$qd" "$bs" $side "$d"
+		done
+	done
+	blkb_rrbd_down
+	blkb_nvme_down
+}
+
+# blkb_perf_fio DATA DEV RW BS QD SECS PERF_ARGS...: fio's job on /dev/DEV
+# under `perf record -a PERF_ARGS...`, into DATA; fio's report in
+# /tmp/fio.out.
+blkb_perf_fio() {
+	local data=$1 dev=$2 rw=$3 bs=$4 qd=$5 secs=$6
+	shift 6
+	/usr/bin/perf record -q -a "$@" -o "$data" -- \
+		/usr/bin/fio --name=script --filename=/dev/$dev --direct=1 --ioengine=libaio \
+		--rw=$rw --bs=$bs --iodepth=$qd --runtime=$secs --time_based --thread \
+		--output=/tmp/fio.out > /dev/null 2>&1
+}
+
 # blkb_one CASE KIND RW BS QD SIDE DEV ROUND: one timed run; its line (and the
 # latency line of a QD 1 case).
 blkb_one() {

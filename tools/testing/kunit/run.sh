@@ -204,8 +204,11 @@ if [ "$mode" = bench ]; then
 	[ -z "${BENCH_ULP_LAT:-}" ] || extra="$extra rdmatest.ulp_lat=$BENCH_ULP_LAT"
 	# More keys of rdma_rust_blk's connect (comma-separated; e.g. zerocopy=0).
 	[ -z "${BENCH_BLK_CONNECT:-}" ] || extra="$extra rdmatest.blk_connect=$BENCH_BLK_CONNECT"
-	# The cases of script-blk-profile.sh (RW:QD:BS,...; e.g. read:8:128k).
+	# The cases of script-blk-profile.sh and script-blk-trace.sh (RW:QD:BS,...;
+	# e.g. read:8:128k).
 	[ -z "${BENCH_PROF:-}" ] || extra="$extra rdmatest.prof=$BENCH_PROF"
+	# script-blk-trace.sh: rxe's work items and the context switches too.
+	[ -z "${BENCH_TRACE_ALL:-}" ] || extra="$extra rdmatest.trace_all=1"
 	t1=$(date +%s)
 	log "one guest on the release kernel: the ULP against perftest and rping (log: $run_dir/bench.log)"
 	logs=() status=ok

@@ -21,12 +21,6 @@
 # for the table; one 8 s run of a case moves by 10-25 % from run to run.
 
 PROF_SECS=8
-PROF_CASES=$(arg rdmatest.prof | tr , ' ')
-PROF_CASES=${PROF_CASES:-"randwrite:1:4k randread:1:4k randwrite:32:4k"}
-nvme=$(blkb_nvme_up) || { bench_say "fail case=profile side=peer round=0 (nvme-rdma)"; return; }
-rrbd=$(blkb_rrbd_up) || { bench_say "fail case=profile side=ulp round=0 (rdma_rust_blk)"; blkb_nvme_down; return; }
-echo 0 > /proc/sys/kernel/kptr_restrict
-echo -1 > /proc/sys/kernel/perf_event_paranoid
 # hw_snap FILE: rxe0's non-zero hardware counters (guest-init.sh's
 # `counters`), the context switches and interrupts of /proc/stat and the
 # softirqs of /proc/softirqs (all CPUs), one "name value" per line; the delta
@@ -47,44 +41,30 @@ prof_report() {
 }
 # The modules of the two block stacks: their own code, function by function.
 PROF_MODULES='[rdma_rust_blk],[nvme_rdma],[nvme_fabrics],[nvme_core],[nvmet],[nvmet_rdma],[brd]'
-for c in $PROF_CASES; do
-	rw=${c%%:*} qd=${c#*:} bs=${c##*:}
-	qd=${qd%%:*}
-	case "$c:$rw:$qd:$bs" in
-	"$rw:$qd:$bs:$rw:$qd:$bs") ;;
-	*)
-		bench_say "fail case=profile side=peer round=0 (rdmatest.prof: $c is not RW:QD:BS)"
-		continue ;;
-	esac
-	for side in peer ulp; do
-		if [ $side = peer ]; then d=$nvme; else d=$rrbd; fi
-		data=/tmp/perf.$side
-		hw_snap /tmp/hw.before
-		/usr/bin/perf record -q -a -e cpu-clock -F 1000 -o $data -- \
-			/usr/bin/fio --name=profile --filename=/dev/$d --direct=1 --ioengine=libaio \
-			--rw=$rw --bs=$bs --iodepth=$qd --runtime=$PROF_SECS --time_based --thread \
-			--output=/tmp/fio.out > /dev/null 2>&1 ||
-			bench_say "fail case=profile_${rw}_qd$qd side=$side round=0"
-		hw_snap /tmp/hw.after
-		{
-			echo "=== PROFILE $rw $bs QD$qd $side /dev/$d: $(grep -o 'IOPS=[^,]*' /tmp/fio.out)"
-			# What rxe did meanwhile, per I/O (packets, retries, NAKs), and the CPUs
-			# (context switches, interrupts, softirqs by kind).
-			awk -v ios="$(grep -o 'issued rwts: total=[0-9]*,[0-9]*' /tmp/fio.out | tr -dc '0-9,' | tr , +)" '
-				BEGIN { n = 0; split(ios, p, "+"); for (i in p) n += p[i] }
-				FILENAME == ARGV[1] { b[$1] = $2; next }
-				$2 != b[$1] { printf "%s +%d (%.2f per I/O)\n", $1, $2 - b[$1], ($2 - b[$1]) / (n > 0 ? n : 1) }
-			' /tmp/hw.before /tmp/hw.after
-			prof_report $data sym 0.4 | head -40
-			echo "=== COMM $rw QD$qd $side"
-			prof_report $data comm 1 | head -20
-			echo "=== DSO $rw QD$qd $side"
-			prof_report $data dso 0.5 | head -20
-			echo "=== MODULES $rw QD$qd $side (% of all samples)"
-			prof_report $data dso,sym 0.05 --dsos "$PROF_MODULES" | head -30
-		} > /dev/console
-		rm -f $data
-	done
-done
-blkb_rrbd_down
-blkb_nvme_down
+# prof_one RW QD BS SIDE DEV: one profiled run and its report.
+prof_one() {
+	local rw=$1 qd=$2 bs=$3 side=$4 d=$5 data=/tmp/perf.$4
+	hw_snap /tmp/hw.before
+	blkb_perf_fio $data "$d" "$rw" "$bs" "$qd" $PROF_SECS -e cpu-clock -F 1000 ||
+		bench_say "fail case=profile_${rw}_qd$qd side=$side round=0"
+	hw_snap /tmp/hw.after
+	{
+		echo "=== PROFILE $rw $bs QD$qd $side /dev/$d: $(grep -o 'IOPS=[^,]*' /tmp/fio.out)"
+		# What rxe did meanwhile, per I/O (packets, retries, NAKs), and the CPUs
+		# (context switches, interrupts, softirqs by kind).
+		awk -v ios="$(grep -o 'issued rwts: total=[0-9]*,[0-9]*' /tmp/fio.out | tr -dc '0-9,' | tr , +)" '
+			BEGIN { n = 0; split(ios, p, "+"); for (i in p) n += p[i] }
+			FILENAME == ARGV[1] { b[$1] = $2; next }
+			$2 != b[$1] { printf "%s +%d (%.2f per I/O)\n", $1, $2 - b[$1], ($2 - b[$1]) / (n > 0 ? n : 1) }
+		' /tmp/hw.before /tmp/hw.after
+		prof_report $data sym 0.4 | head -40
+		echo "=== COMM $rw QD$qd $side"
+		prof_report $data comm 1 | head -20
+		echo "=== DSO $rw QD$qd $side"
+		prof_report $data dso 0.5 | head -20
+		echo "=== MODULES $rw QD$qd $side (% of all samples)"
+		prof_report $data dso,sym 0.05 --dsos "$PROF_MODULES" | head -30
+	} > /dev/console
+	rm -f $data
+}
+blkb_script_cases "randwrite:1:4k randread:1:4k randwrite:32:4k" 1 prof_one

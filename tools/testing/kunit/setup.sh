@@ -18,7 +18,7 @@ PACKAGES=(
 	# `make check`: the Documentation/ build
 	python3-sphinx
 	# `make bench`: its chart; perf for a profile in the bench guest
-	# (RDMATEST_BINS=/usr/bin/perf, script-blk-profile.sh)
+	# (RDMATEST_BINS=/usr/bin/perf, script-blk-profile.sh, script-blk-trace.sh)
 	gnuplot-nox linux-perf
 )
 
