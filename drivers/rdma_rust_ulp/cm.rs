@@ -190,10 +190,12 @@ impl Drop for Link {
     fn drop(&mut self) {
         if let (Some(id), Some(c)) = (&self.id, &self.conn) {
             // The peer sees the connection end now rather than when the id goes.
+            c.closing();
             let _ = id.disconnect();
             c.teardown();
         }
         for s in core::mem::take(&mut self.sessions) {
+            s.conn.closing();
             let _ = s.id.disconnect();
             s.conn.teardown();
             drop(s.id);

@@ -375,6 +375,25 @@ impl Conn {
         self.end();
     }
 
+    /// A request of the connection came back flushed (any context). Once the connection has
+    /// ended (or is closing) that is its drain; before, the QP failed without a completion
+    /// error of its own: the peer's READ or WRITE broke a rule of this side's responder (an
+    /// rkey it refuses), which moves the QP to the error state with nothing to report but
+    /// the flushes. Nothing else would end the connection then: its receives are gone.
+    fn flushed(&self, what: &str) {
+        if !self.ended.load(Ordering::Acquire) && !self.run.stopping() {
+            self.fail(format_args!(
+                "{what} was flushed: the QP failed without an error of its own"
+            ));
+        }
+    }
+
+    /// Marks the connection ended before its QP is moved to the error state (process
+    /// context), so that the flushes that follow are not taken for a failure.
+    pub(super) fn closing(&self) {
+        self.ended.store(true, Ordering::Release);
+    }
+
     /// Stops the connection; a client's run ends with it.
     pub(super) fn end(&self) {
         if !self.ended.swap(true, Ordering::AcqRel) && !self.server {
@@ -636,6 +655,13 @@ impl Completion for Msg {
                 wc.status()
             ));
         }
+        if wc.status() == WcStatus::WrFlushErr {
+            conn.flushed(if wr.data().slot == RECV {
+                "a receive"
+            } else {
+                "a send"
+            });
+        }
         if wr.data().slot == RECV {
             if !wc.is_ok() {
                 return;
@@ -674,6 +700,8 @@ impl Completion for Xfer {
         let conn = wr.data().conn.clone();
         if conn.run.stats.completion(wc.status()) {
             conn.fail(format_args!("RDMA completed with {:?}", wc.status()));
+        } else if wc.status() == WcStatus::WrFlushErr {
+            conn.flushed("an RDMA request");
         }
         if wc.is_ok() {
             conn.xfer_done(wr);
@@ -685,8 +713,10 @@ impl Completion for Probe {
     fn done(wr: Wr<Self>, wc: &Wc) {
         let conn = wr.data().conn.clone();
         // Not counted with the run's completions: a probe is not a message.
-        if !wc.is_ok() && wc.status() != WcStatus::WrFlushErr {
-            conn.fail(format_args!("keep-alive failed: {:?}", wc.status()));
+        match wc.status() {
+            WcStatus::Success => {}
+            WcStatus::WrFlushErr => conn.flushed("a keep-alive"),
+            s => conn.fail(format_args!("keep-alive failed: {s:?}")),
         }
         if !conn.ended.load(Ordering::Acquire) {
             *conn.probe.lock() = Some(wr);
