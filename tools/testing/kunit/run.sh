@@ -319,6 +319,11 @@ python3 "$KUNIT_DIR/ktap_collect.py" --expect "$expect" "${guests[@]}" \
 python3 "$KSRC/tools/testing/kunit/kunit.py" parse --json="$run_dir/results.json" \
 	< "$run_dir/results.ktap" | tee "$run_dir/kunit.txt" || true
 grep -h 'rdmatest: rping\|rdmastress: peer kill' "$run_dir"/peer-[ab].log 2>/dev/null | sed 's/^\[[ 0-9.]*\] //' || true
+# Where each guest's time went: its ten slowest checks.
+for f in "$run_dir"/*.log; do
+	g=${f##*/}
+	grep 'rdmatest: slow check: ' "$f" 2> /dev/null | sed "s/^\[[ 0-9.]*\] rdmatest: slow check: /${g%.log}: /" || true
+done
 
 log "build ${t_build}s, VMs ${t_vm}s; logs in $run_dir"
 # The fault suite's report: one line per kind of fault and guest.
