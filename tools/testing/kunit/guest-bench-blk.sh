@@ -84,16 +84,24 @@ blkb_rrbd_down() {
 	rmmod rdma_rust_blk
 }
 
+# blkb_fio_job DEV RW BS QD SECONDS: the options of every timed fio job, one
+# per word: direct I/O by libaio on /dev/DEV for SECONDS, in a thread (no fork
+# per job).
+blkb_fio_job() {
+	echo "--filename=/dev/$1 --direct=1 --ioengine=libaio --rw=$2 --bs=$3 --iodepth=$4" \
+		"--time_based --runtime=$5 --thread"
+}
+
 # blkb_fio DEV RW BS QD SECONDS [ARGS...]: one fio job on /dev/DEV; prints
 # "IOS IOPS MB_PER_S P50_US P99_US" of the job's direction (completion latency).
 blkb_fio() {
 	local dev=$1 rw=$2 bs=$3 qd=$4 secs=$5 out
 	shift 5
-	# --thread: no fork per job; the terse (v3) line has the figures.
-	out=$(/usr/bin/fio --name=bench --filename=/dev/$dev --direct=1 --ioengine=libaio \
-		--rw=$rw --bs=$bs --iodepth=$qd --size=${BLKB_MB}m --time_based --runtime=$secs \
-		--ramp_time=1 --thread --group_reporting --output-format=terse --terse-version=3 \
-		--percentile_list=50:99 "$@" 2> /tmp/fio.err) || { cat /tmp/fio.err >&2; return 1; }
+	# The terse (v3) line has the figures.
+	out=$(/usr/bin/fio --name=bench $(blkb_fio_job "$dev" "$rw" "$bs" "$qd" "$secs") \
+		--size=${BLKB_MB}m --ramp_time=1 --group_reporting --output-format=terse \
+		--terse-version=3 --percentile_list=50:99 "$@" 2> /tmp/fio.err) ||
+		{ cat /tmp/fio.err >&2; return 1; }
 	# Fields (1-based): 5 error; read 6 KiB, 7 KiB/s, 8 IOPS, 18-37 completion
 	# latency percentiles "P%=US"; write: the same 41 fields on.
 	echo "$out" | awk -F';' -v rw=$rw -v bs=$bs '
@@ -160,8 +168,7 @@ blkb_perf_fio() {
 	local data=$1 dev=$2 rw=$3 bs=$4 qd=$5 secs=$6
 	shift 6
 	/usr/bin/perf record -q -a "$@" -o "$data" -- \
-		/usr/bin/fio --name=script --filename=/dev/$dev --direct=1 --ioengine=libaio \
-		--rw=$rw --bs=$bs --iodepth=$qd --runtime=$secs --time_based --thread \
+		/usr/bin/fio --name=script $(blkb_fio_job "$dev" "$rw" "$bs" "$qd" "$secs") \
 		--output=/tmp/fio.out > /dev/null 2>&1
 }
 

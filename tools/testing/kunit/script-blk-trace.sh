@@ -44,7 +44,7 @@ TRACE_ROUNDS=3
 # the commonest sequences of the I/Os of DEV (major,minor).
 trace_steps() {
 	awk -v dev="$1" '
-	function label(ev, rest,   a, n) {
+	function label(ev, rest,   a, n, w) {
 		if (ev == "rdma_core:cq_schedule") { sub(/.*cq.id=/, "", rest); return "sched:cq" rest + 0 }
 		if (ev == "rdma_core:cq_process") { sub(/.*cq.id=/, "", rest); return "poll-start:cq" rest + 0 }
 		if (ev == "rdma_core:cq_poll") {
