@@ -587,7 +587,7 @@ impl Conn {
     /// Frees the connection's QP and buffers (process context): the QP is drained first, so
     /// every request has come back.
     pub(super) fn teardown(&self) {
-        self.ended.store(true, Ordering::Release);
+        self.closing();
         let qp = self.qp.lock().take();
         if let Some(qp) = &qp {
             // Process context; if the drain is refused, dropping the QP drains it.

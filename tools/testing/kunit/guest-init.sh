@@ -109,6 +109,14 @@ counters() {
 		v=$(cat "$f"); [ "$v" = 0 ] || printf '%s=%s ' "${f##*/}" "$v"
 	done
 }
+# retries DEV: what DEV's port 1 counted of RC retransmission: its requests'
+# ACK timeouts, the QPs that ran out of retries, the peers' requests it saw twice
+retries() {
+	local c
+	for c in completer_retry_err retry_exceeded_err duplicate_request; do
+		printf '%s=%s ' $c "$(cat /sys/class/infiniband/"$1"/ports/1/hw_counters/$c)"
+	done
+}
 dmesg_count() { dmesg | grep -c "$1"; }
 # (The hundredths lose a leading zero: "08" would be read as a bad octal number.)
 uptime_ms() {

@@ -255,6 +255,15 @@ cm_peer_b_link_delete_client() {
 # 4 KiB blocks to it (sent from the requests' pages), and the reader and the
 # writer must fail within the bound (a request in flight to the dead target
 # fails like the runs' do), and the disk disconnect.
+# Nothing may fail before the kill: an error between two live peers is not the
+# detection of a dead one. So the load is light (the RC run two deep, the ping
+# clients 1 KiB, the disk read 4 KiB at a time): every run and the disk keep
+# requests in flight, which is all the test needs. At the full load used before
+# (depth 16, 4 KiB pings, 64 KiB reads) each guest's one vCPU was saturated:
+# the shell took 30 s to read 25 counters, ACK timeouts came by the dozen before
+# the kill (a victim counted 49), and one CI run saw live QPs exhaust their
+# retries and the disk fail 6 s before the kill was asked. Light, three kills
+# in a row saw 0-3 ACK timeouts before the kill, and detection 4-8.5 s after.
 KILL_BOUND_S=15
 VICTIM=10.88.0.2 SURVIVOR=10.88.0.1
 # victim_serve: the victim's side; ends with the host killing this guest. rxe0
@@ -270,7 +279,7 @@ victim_serve() {
 	ea=$(nc_recv 5033); [ -n "$ea" ] || { echo "no endpoint from the survivor"; return 1; }
 	ulp_ctl connect id="$id" peer="$ea" || return 1
 	ulp_ctl start cm=server addr=$VICTIM port=7310 size=4096 count=$HUGE || return 1
-	ulp_cm_start cm=client addr=$SURVIVOR port=7311 size=4096 count=$HUGE || return 1
+	ulp_cm_start cm=client addr=$SURVIVOR port=7311 size=1024 count=$HUGE || return 1
 	[ -d $BLK ] || insmod $BLK_KO || return 1
 	blk_ctl export name=vkill size=8m addr=$VICTIM port=7402 || return 1
 	nc_send $SURVIVOR 5034 ready || return 1
@@ -304,28 +313,40 @@ kill_watch() {
 # survivor_cycle: one victim, started, used and killed; the survivor's runs end
 # with RetryExcErr within the bound, everything is freed, nothing hangs.
 survivor_cycle() {
-	local srv rc cm eb ends t io why=
+	local srv rc cm eb ends id t io why=
 	[ -d $BLK ] || insmod $BLK_KO || return 1
 	baseline kill
+	kmsg "rdmatest: peer kill: retransmissions at the start: $(retries rxe0)"
 	wait_for 180 ping -c 1 -W 1 $VICTIM || { echo "the victim did not come up"; return 1; }
 	ulp_ctl start cm=server addr=$SURVIVOR port=7311 size=4096 count=$HUGE || return 1
 	srv=$(ulp_last_id)
 	nc_send $VICTIM 5031 listening || { ulp_ctl stop id="$srv"; echo "the victim did not answer"; return 1; }
 	eb=$(nc_recv 5032); [ -n "$eb" ] || { ulp_ctl stop all; echo "no endpoint from the victim"; return 1; }
-	ulp_ctl start role=client dev=rxe0 mode=rc op=send size=4096 count=$HUGE peer="$eb" hold=1 || return 1
+	ulp_ctl start role=client dev=rxe0 mode=rc op=send size=4096 depth=2 count=$HUGE peer="$eb" hold=1 || return 1
 	rc=$(ulp_last_id)
 	nc_send $VICTIM 5033 "$(ulp_endpoint "$rc")" || return 1
 	[ "$(nc_recv 5034)" = ready ] || { ulp_ctl stop all; echo "the victim is not ready"; return 1; }
 	ulp_ctl go id="$rc" || return 1
-	ulp_cm_start cm=client addr=$VICTIM port=7310 size=4096 count=$HUGE || return 1
+	ulp_cm_start cm=client addr=$VICTIM port=7310 size=1024 count=$HUGE || return 1
 	cm=$(ulp_last_id)
 	wait_for 60 all_moving "$rc" "$cm" "$srv" || { cat $ULP/stats; ulp_ctl stop all; echo "not all runs move data"; return 1; }
 	blk_ctl connect addr=$VICTIM port=7402 name=vkill || { ulp_ctl stop all; echo "no disk from the victim"; return 1; }
-	blk_io_start /tmp/kill 64k
+	blk_io_start /tmp/kill 4k
+	wait_for 30 blk_completed_above 0 || why="rrbd0 completed no I/O before the kill"
 	mark
+	# Nothing may have failed yet: an error between two live peers is not the
+	# detection of a dead one.
+	kmsg "rdmatest: peer kill: retransmissions before the kill: $(retries rxe0)"
+	for id in $rc $cm $srv; do
+		[ "$(ulp_stat "$id" state)" = running ] || why="$why; run $id ended before the kill"
+	done
+	for io in reader writer; do
+		[ ! -e /tmp/kill-$io ] || why="$why; rrbd0's $io failed before the kill"
+	done
 	nc_send $VICTIM 5035 kill || { ulp_ctl stop all; echo "the victim did not take the word"; return 1; }
 	kill_t0=$(uptime_ms)
-	kill_watch "$rc" "$cm" || why="runs did not end in time"
+	kill_watch "$rc" "$cm" || why="$why; runs did not end in time"
+	kmsg "rdmatest: peer kill: retransmissions after the kill: $(retries rxe0)"
 	ulp_row "$rc"; ulp_row "$cm" | tail -n 1; ulp_row "$srv" | tail -n 1
 	while read -r id t; do
 		stress_say "peer kill: run $id ended with an error $t ms after the kill was asked (bound ${KILL_BOUND_S} s)"
@@ -337,6 +358,7 @@ survivor_cycle() {
 			t=$(( $(cat /tmp/kill-$io) - kill_t0 ))
 			stress_say "peer kill: rrbd0's $io failed $t ms after the kill was asked (bound ${KILL_BOUND_S} s)"
 			[ "$t" -le $((KILL_BOUND_S * 1000)) ] || why="$why; rrbd0's $io failed after the bound"
+			[ "$t" -ge 0 ] || why="$why; rrbd0's $io failed before the kill was asked"
 		else
 			why="$why; rrbd0's $io did not fail"
 		fi
