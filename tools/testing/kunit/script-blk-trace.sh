@@ -15,9 +15,10 @@
 # `perf record -a` of the block layer's issue and completion and the core's CQ
 # events (a CQ's handler scheduling its poll, the poll starting, each poll
 # that returned completions); with `BENCH_TRACE_ALL=1` also the workqueue
-# items started (rxe's tasks and the CQs' polls, told apart by their work
-# item) and the context switches. The console gets, per run (the `TRACE`
-# sections of the bench log):
+# items queued (rxe's tasks are, when a request is posted or a packet
+# arrives) and started (rxe's tasks and the CQs' polls, told apart by their
+# work item), and the context switches. The console gets, per run (the
+# `TRACE` sections of the bench log):
 #   - four phases of an I/O, mean and median in us: A from the issue to the
 #     first CQ scheduled (the initiator's submission, rxe carrying the command
 #     and the target's receive completing), B from there to that CQ's poll
@@ -37,14 +38,14 @@ TRACE_EVENTS=$TRACE_EVENTS,rdma_core:cq_process,rdma_core:cq_poll
 # BENCH_TRACE_ALL=1 (rdmatest.trace_all=1): rxe's work items and the context
 # switches too (more steps, and a slower I/O).
 [ "$(arg rdmatest.trace_all)" != 1 ] ||
-	TRACE_EVENTS=$TRACE_EVENTS,workqueue:workqueue_execute_start,sched:sched_switch
+	TRACE_EVENTS=$TRACE_EVENTS,workqueue:workqueue_queue_work,workqueue:workqueue_execute_start,sched:sched_switch
 # Rounds of peer then ULP: one run of each moves by 10-25 % from run to run.
 TRACE_ROUNDS=3
 # trace_steps DEV: reads `perf script` lines; prints the phases, the steps and
 # the commonest sequences of the I/Os of DEV (major,minor).
 trace_steps() {
 	awk -v dev="$1" '
-	function label(ev, rest,   a, n, w) {
+	function label(ev, rest,   a, n, w, fn) {
 		if (ev == "rdma_core:cq_schedule") { sub(/.*cq.id=/, "", rest); return "sched:cq" rest + 0 }
 		if (ev == "rdma_core:cq_process") { sub(/.*cq.id=/, "", rest); return "poll-start:cq" rest + 0 }
 		if (ev == "rdma_core:cq_poll") {
@@ -58,6 +59,15 @@ trace_steps() {
 			w = a[3]; sub(/:$/, "", w)
 			if (!(w in work)) work[w] = ++nwork
 			return "work" work[w] ":" a[5]
+		}
+		if (ev == "workqueue:workqueue_queue_work") {
+			# "work struct=0x... function=NAME workqueue=...": where a work item is
+			# queued (an rxe task: a request posted, or a packet arrived).
+			split(rest, a, " ")
+			w = a[2]; sub(/^struct=/, "", w)
+			fn = a[3]; sub(/^function=/, "", fn)
+			if (!(w in work)) work[w] = ++nwork
+			return "queue:work" work[w] ":" fn
 		}
 		if (ev == "sched:sched_switch") {
 			sub(/.*next_comm=/, "", rest); sub(/ .*/, "", rest); sub(/[\/:0-9]*$/, "", rest)
