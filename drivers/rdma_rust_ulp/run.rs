@@ -137,6 +137,9 @@ pub(crate) struct Run {
     pub(crate) spec: Spec,
     pub(crate) stats: Stats,
     stopping: AtomicBool,
+    /// A server's receives are over (its count arrived, or one failed): its "send side" has
+    /// retired.
+    rx_over: AtomicBool,
     /// Send-side requests owned by the device or a handler (not yet retired).
     inflight: AtomicU32,
     /// Sequence numbers handed out to sends.
@@ -268,6 +271,7 @@ impl Run {
                 spec: *spec,
                 stats,
                 stopping: AtomicBool::new(false),
+                rx_over: AtomicBool::new(false),
                 inflight: AtomicU32::new(0),
                 next_seq: AtomicU64::new(0),
                 rx_expected: AtomicU64::new(0),
@@ -595,6 +599,38 @@ impl Run {
         self.stopping.store(true, Ordering::SeqCst);
     }
 
+    /// Counts a completion of one of the run's requests (`what`) by its status; returns
+    /// whether it succeeded. Any context.
+    ///
+    /// An error stops the run (it moved an RC QP to the error state: the run cannot go on).
+    /// So does a flush while the run is not stopping, as an error: the QP failed without a
+    /// completion error of its own (the peer broke a rule of this side's responder, or the
+    /// QP was forced into the error state), and nothing else would end the run. Once the run
+    /// is stopping, flushes are its drain.
+    pub(super) fn completed(&self, status: WcStatus, what: &str) -> bool {
+        if self.stats.completion(status) {
+            self.error(format_args!(
+                "{} {what} completed with {status:?}",
+                crate::ctl::mode_name(self.spec.mode)
+            ));
+            self.stop();
+        } else if status == WcStatus::WrFlushErr && !self.stopping.swap(true, Ordering::SeqCst) {
+            self.error(format_args!(
+                "{what} was flushed: the QP failed without an error of its own"
+            ));
+        }
+        status == WcStatus::Success
+    }
+
+    /// A server's receives are over: the last one it counts arrived, or one failed (its QP
+    /// failed: no more will arrive). Retires the server's "send side" the first time. Any
+    /// context.
+    pub(super) fn receives_over(&self) {
+        if !self.rx_over.swap(true, Ordering::AcqRel) {
+            self.retire();
+        }
+    }
+
     /// Claims up to `batch` sequence numbers for one post: the first, and how many; `None` once
     /// `count` have been handed out. Any context.
     fn claim(&self, batch: u32) -> Option<(u64, usize)> {
@@ -642,7 +678,8 @@ impl Run {
     }
 
     /// Forces the run's QPs into the error state (`fail`): what they hold comes back
-    /// flushed, and the run ends, with the error counted. Process context.
+    /// flushed, and the run ends (a server's with its first flushed receive), with the error
+    /// counted. Process context.
     pub(crate) fn fail(&self) -> Result {
         let qps = match self.res.lock().as_ref() {
             Some(res) => [res.tx_qp.clone(), res.rx_qp.clone()],
@@ -656,6 +693,8 @@ impl Run {
             return Err(EINVAL);
         }
         self.error(format_args!("QPs forced into the error state"));
+        // Stopping first: the flushes that follow are this failure's, not news.
+        self.stop();
         for qp in qps.iter().flatten() {
             qp.set_error()?;
         }

@@ -90,14 +90,14 @@ impl Stats {
         c.load(Ordering::Relaxed)
     }
 
-    /// Counts a completion by its status; returns whether it was an error (not a flush).
+    /// Counts a completion by its status; returns whether it was an error (not a flush). The
+    /// caller reports an error through `Run::error`, which counts it in `errors`.
     pub(crate) fn completion(&self, status: WcStatus) -> bool {
         match status {
             WcStatus::Success => Self::add(&self.wc_success, 1),
             WcStatus::WrFlushErr => Self::add(&self.wc_flush, 1),
             _ => {
                 Self::add(&self.wc_error, 1);
-                Self::add(&self.errors, 1);
                 return true;
             }
         }

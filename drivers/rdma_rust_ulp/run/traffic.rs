@@ -337,21 +337,12 @@ fn verify(t: &mut Tx, run: &Run) {
 impl Completion for Tx {
     fn done(mut wr: Wr<Self>, wc: &Wc) {
         let run = wr.data().run.clone();
-        if run.stats.completion(wc.status()) {
-            run.error(format_args!(
-                "{} {} completed with {:?}",
-                crate::ctl::mode_name(run.spec.mode),
-                run.spec.op.name(),
-                wc.status()
-            ));
-            // An error moves an RC QP to the error state: the run cannot go on.
-            run.stop();
-        }
+        let ok = run.completed(wc.status(), run.spec.op.name());
         if wr.data().side.is_some() {
-            pp_sent(wr, &run, wc.is_ok());
+            pp_sent(wr, &run, ok);
             return;
         }
-        if !wc.is_ok() {
+        if !ok {
             drop(wr);
             run.retire();
             return;
@@ -374,7 +365,7 @@ fn received(r: &mut Rx, run: &Run, wc: &Wc) {
     let spec = &run.spec;
     let received = run.stats.received.fetch_add(1, Ordering::Relaxed) + 1;
     if spec.role == Role::Server && received == spec.count {
-        run.retire();
+        run.receives_over();
     }
     if !spec.validate {
         run.rx_expected.fetch_add(1, Ordering::Relaxed);
@@ -407,14 +398,13 @@ impl Completion for Rx {
     fn done(mut wr: Wr<Self>, wc: &Wc) {
         let run = wr.data().run.clone();
         let side = wr.data().side;
-        if run.stats.completion(wc.status()) {
-            run.error(format_args!("receive completed with {:?}", wc.status()));
-            run.stop();
-            if side.is_some() {
-                run.pp_end();
+        if !run.completed(wc.status(), "receive") {
+            match side {
+                Some(_) => run.pp_end(),
+                // A server ends with its receives: none will arrive any more.
+                None if run.spec.role == Role::Server => run.receives_over(),
+                None => {}
             }
-        }
-        if !wc.is_ok() {
             return;
         }
         match side {

@@ -168,6 +168,56 @@ ulp_above() { [ "$(ulp_stat "$1" "$2")" -gt "$3" ] 2> /dev/null; }
 # ulp_positive ID COLUMN: the cell is a number (decimals allowed) above 0
 ulp_positive() { awk -v x="$(ulp_stat "$1" "$2")" 'BEGIN { exit !(x ~ /^[0-9.]+$/ && x + 0 > 0) }'; }
 
+# ulp_server_client CLIENT_OP: a server run on rxe0 (SENDs, a count it never
+# reaches, not validated) and a held client run on rxe0 (4 deep) connected to it, as two hosts
+# would have them; sets srv and cli.
+ulp_server_client() {
+	ulp_ctl start role=server dev=rxe0 mode=rc op=send validate=0 size=4096 count=1000000000 || return 1
+	srv=$(ulp_last_id)
+	ulp_ctl start role=client dev=rxe0 mode=rc op="$1" validate=0 size=4096 depth=4 \
+		count=1000000000 peer="$(ulp_endpoint "$srv")" hold=1 || return 1
+	cli=$(ulp_last_id)
+	ulp_ctl connect id="$srv" peer="$(ulp_endpoint "$cli")"
+}
+# ulp_ended ID: `wait` on run ID returns within 60 s, and the run is done
+ulp_ended() {
+	timeout 60 sh -c "echo wait id=$1 > $ULP/ctl" && [ "$(ulp_stat "$1" state)" = done ] ||
+		{ ulp_row "$1"; echo "run $1 did not end"; return 1; }
+}
+
+# ulp_server_fails: a server run waits for a count of receives; when its QP
+# fails it must end by itself, the failure counted once. First `fail` on the
+# server: it ends with its flushed receives, and its client's SENDs go
+# unanswered until their retries run out. Then a client's RDMA WRITE with an
+# rkey the server does not have: the server's responder NAKs it and moves its
+# QP to the error state with nothing to report but the flushed receives, and
+# the server ends with that reported as its error.
+ulp_server_fails() {
+	local srv cli
+	ulp_server_client send || return 1
+	ulp_ctl go id="$cli" || return 1
+	wait_for 30 ulp_above "$srv" received 50 || { ulp_row "$srv"; echo "nothing arrives"; return 1; }
+	ulp_ctl fail id="$srv" || return 1
+	ulp_ended "$srv" || return 1
+	ulp_has "$srv" errors 1 && ulp_above "$srv" wc_flush 0 ||
+		{ echo "failed server: not one error and its receives flushed"; return 1; }
+	ulp_ended "$cli" || return 1
+	ulp_above "$cli" wc_err 0 && ulp_above "$cli" errors 0 ||
+		{ ulp_row "$cli"; echo "client of the failed server: no failed completion"; return 1; }
+	ulp_ctl clear
+	mark
+	ulp_server_client write || return 1
+	ulp_ctl go id="$cli" remote=1000:deadbe00:100000 || return 1
+	ulp_ended "$srv" || return 1
+	ulp_has "$srv" errors 1 && ulp_has "$srv" received 0 && ulp_has "$srv" wc_err 0 &&
+		ulp_above "$srv" wc_flush 0 && since_mark_has "run $srv: receive was flushed" ||
+		{ since_mark; echo "server behind a broken rule: not one error for its flushed receives"; return 1; }
+	ulp_ended "$cli" || return 1
+	ulp_has "$cli" errors 1 && ulp_has "$cli" wc_err 1 && ulp_has "$cli" messages 0 ||
+		{ ulp_row "$cli"; echo "WRITE with a bad rkey: not one failed completion, counted once"; return 1; }
+	ulp_ctl clear
+}
+
 # ulp_link_delete_mid_run: deleting a device under runs (one with its own CQ,
 # one on a share of the device's CQ pool, which the core frees right after the
 # clients' remove()) stops and frees the runs from remove(), promptly; the
@@ -244,6 +294,7 @@ ulp_traffic() {
 	check concurrent_runs ulp_concurrent
 	check bad_input_refused bad_ctl
 	check stop_mid_run ulp_stop_mid_run
+	check server_ends_when_its_qp_fails ulp_server_fails
 	check link_delete_mid_run ulp_link_delete_mid_run
 	check rmmod_mid_run ulp_rmmod_mid_run
 	check resources_released resources_as_before
