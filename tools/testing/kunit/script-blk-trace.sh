@@ -33,7 +33,7 @@
 # the two stacks in one boot, not for the table.
 
 TRACE_SECS=2
-TRACE_EVENTS=block:block_rq_issue,block:block_rq_complete,rdma_core:cq_schedule
+TRACE_EVENTS=block:block_getrq,block:block_rq_issue,block:block_rq_complete,rdma_core:cq_schedule
 TRACE_EVENTS=$TRACE_EVENTS,rdma_core:cq_process,rdma_core:cq_poll
 # BENCH_TRACE_ALL=1 (rdmatest.trace_all=1): rxe's work items and the context
 # switches too (more steps, and a slower I/O).
@@ -85,9 +85,19 @@ trace_steps() {
 		if (ev == "" || t < 0) next
 		rest = ""
 		for (i = f + 1; i <= NF; i++) rest = rest " " $i
+		# The request allocated for the bio: before the driver is called, so the
+		# submission paths compare from here (a driver marks its request issued
+		# wherever it likes: nvme-rdma after building its command, a Rust
+		# blk-mq driver before its queue_rq). A step before the issue, if any.
+		if (ev == "block:block_getrq") { if ($(f + 1) == dev) { tg = t; gcpu = cpu }; next }
 		if (ev == "block:block_rq_issue" || ev == "block:block_rq_complete") {
 			if ($(f + 1) != dev) next
-			if (ev == "block:block_rq_issue") { on = 1; t0 = t; n = 0; sig = "issue@" cpu; sx = ""; px = -1; sy = -1; next }
+			if (ev == "block:block_rq_issue") {
+				on = 1; t0 = t; n = 0; sig = "issue@" cpu; sx = ""; px = -1; sy = -1
+				if (tg > 0 && t - tg < 0.002) { n++; lab[n] = "getrq@" gcpu; dt[n] = (tg - t) * 1e6; sig = sig " " lab[n] }
+				tg = 0
+				next
+			}
 			if (!on) next
 			on = 0; total = (t - t0) * 1e6; all++; allsum += total
 			if (total > 2000) { slow++; next }
