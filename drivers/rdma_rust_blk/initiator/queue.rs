@@ -41,9 +41,13 @@
 //! only the tags they work on, and each completion does its part of ending the request within
 //! one critical section ([`Slot::settle`]). The counts of the status file are the slots' too,
 //! summed when it is read ([`IoQueue::stats`]).
+//!
+//! This file has the queue, its tags and the submission; `complete.rs` the completion
+//! handlers, `fail.rs` failing and closing the queue, `keepalive.rs` what asks the target
+//! whether it lives (keep-alives, and the tests' probes).
 
 use super::{Blk, IniEv};
-use crate::proto::{Command, Opcode, Response, CMD_LEN, INLINE_MAX, MAX_DISCARD, MAX_IO, RESP_LEN};
+use crate::proto::{Command, Opcode, CMD_LEN, INLINE_MAX, MAX_DISCARD, MAX_IO, RESP_LEN};
 use core::pin::Pin;
 use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use kernel::block::mq::{Op, Request};
@@ -51,19 +55,22 @@ use kernel::page::PAGE_SIZE;
 use kernel::prelude::*;
 use kernel::rdma::{
     cm::CmId,
-    cq::{Invalidation, Wc, WcStatus},
+    cq::Invalidation,
     device::{Name, NAME_MAX},
     dma::{DmaBuf, DmaLent, FromDevice, ToDevice},
     mr::{Access, LentMr, Mr, Region},
     pd::Pd,
     qp::{Qp, Rts},
     sync::{Completion as Signal, SpinLockBh},
-    wr::{Completion, Wr},
+    wr::Wr,
 };
 use kernel::sync::{Arc, Mutex};
-use kernel::time::Ktime;
 use kernel::types::ARef;
 use kernel::{new_mutex, new_spinlock_bh};
+
+mod complete;
+mod fail;
+mod keepalive;
 
 /// How long a block request may wait for its answer before it fails (and its queue with it).
 pub(crate) const IO_TIMEOUT_MS: u32 = 15_000;
@@ -375,127 +382,47 @@ impl IoQueue {
         self.qp.pd().device().name()
     }
 
-    /// Marks the queue dead (once) and ends the block requests in flight with `EIO`; in
-    /// process context (`may_sleep`) also moves its QP to the error state, so that what is
-    /// posted comes back flushed (from a CQ handler the QP has failed already, or is closed
-    /// later). Any context but hard interrupts.
-    pub(super) fn fail(&self, why: core::fmt::Arguments<'_>, may_sleep: bool) {
-        if !self.dead.swap(true, Ordering::AcqRel) {
-            pr_err!("queue {}: {why}: failing its I/O\n", self.index);
-        }
-        self.probe_done.complete();
-        if may_sleep {
-            let _ = self.qp.set_error();
-        }
-        for tag in 0..self.slots.len() {
-            self.end_failed(tag);
-        }
-    }
-
-    /// Ends the block request of `tag`, if any, with `EIO`, unless its pages are still lent to
-    /// the device. Any context but hard interrupts.
-    ///
-    /// Pages lent to a command's SEND (an inline write) come back with the SEND's completion
-    /// (flushed, if the QP failed), which unmaps them before it gives the tag's request back,
-    /// and calls this after: whichever of the two comes second ends the block request. Pages
-    /// registered for the target stay reachable until their MR is deregistered, which sleeps:
-    /// once the tag's request is back, its MR goes, here in process context, or from a work
-    /// item after a CQ handler; blk-mq's timer then ends the block request (see
-    /// [`IoQueue::ending`]).
-    fn end_failed(&self, tag: usize) {
-        let Some(slot) = self.slots.get(tag) else {
-            return;
-        };
-        let taken = {
-            let mut s = slot.lock();
-            s.answer = None;
-            s.rq.take()
-        };
-        let Some(mut rq) = taken else {
-            return;
-        };
-        // Twice at most: once the tag's request is back without its MR, it lends nothing.
-        for _ in 0..2 {
-            match Request::end(rq, Err(EIO)) {
-                Ok(()) => {
-                    // Only on a failed queue, which reuses no tag: the flag is this request's.
-                    slot.lock().owed = false;
-                    self.errors.fetch_add(1, Ordering::Relaxed);
-                    return;
-                }
-                Err(back) => rq = back,
-            }
-            let mut s = slot.lock();
-            // `close` freed the tag's request, after the drain: nothing is lent any more.
-            if s.closed {
-                continue;
-            }
-            // Still posted: the SEND's completion ends it.
-            let Some(wr) = s.io.as_mut() else {
-                s.rq = Some(rq);
-                return;
+    /// Takes the queue's id, for `close`, then makes the queue's requests: one per tag, with
+    /// its bounce buffer and (`direct`) an MR for block requests' pages; one answer receive
+    /// per tag. After a failure `close` frees what was made.
+    pub(super) fn fill(self: &Arc<Self>, id: CmId<IniEv>, pd: &Arc<Pd>, direct: bool) -> Result {
+        let q = self;
+        *q.id.lock() = Some(id);
+        let max_pages = (MAX_IO as usize / PAGE_SIZE + 1) as u32;
+        for (tag, slot) in (0u16..).zip(q.slots.iter()) {
+            let mut mr = Mr::new(pd, max_pages)?;
+            mr.map(DmaBuf::new(pd, MAX_IO as usize, GFP_KERNEL)?)
+                .map_err(|(e, _)| e)?;
+            let io = Io {
+                q: q.clone(),
+                tag,
+                cmd: DmaBuf::<ToDevice>::alloc(pd, CMD_LEN + INLINE_MAX as usize, GFP_KERNEL)?,
+                pages: if direct {
+                    Some(LentMr::new(pd, max_pages)?)
+                } else {
+                    None
+                },
+                mr,
+                lent: DmaLent::new(pd),
+                op: Opcode::Flush,
+                len: 0,
+                direct: false,
             };
-            let Some(mr) = wr.data_mut().pages.take() else {
-                // The MR is going already (from a work item): the next pass ends it.
-                s.rq = Some(rq);
-                return;
+            slot.lock().io = Some(Wr::new(io, GFP_KERNEL)?);
+        }
+        *q.keepalive.lock() = Some(Wr::new(KeepAlive { q: q.clone() }, GFP_KERNEL)?);
+        for _ in q.slots.iter() {
+            let a = Answer {
+                q: q.clone(),
+                buf: DmaBuf::<FromDevice>::alloc(pd, RESP_LEN + INLINE_MAX as usize, GFP_KERNEL)?,
             };
-            drop(s);
-            // Deregistered here in process context, else from a work item; the request's
-            // reference goes after.
-            drop(mr);
+            let wr = Wr::new(a, GFP_KERNEL)?;
+            q.qp.post_recv(wr, |a, ops| {
+                ops.buf(&mut a.buf, 0..RESP_LEN + INLINE_MAX as usize)?;
+                Ok(())
+            })?;
         }
-        let mut s = slot.lock();
-        if s.closed {
-            drop(s);
-            pr_err!(
-                "queue {}: tag {tag}: a request cannot be ended\n",
-                self.index
-            );
-        } else {
-            // The MR's deregistration was deferred: the next pass ends it.
-            s.rq = Some(rq);
-        }
-    }
-
-    /// Whether the block request of `tag` is still to be ended on a failed queue (its MR's
-    /// deregistration was deferred, or its SEND is not back): blk-mq's timer comes back for
-    /// it, and each pass ([`IoQueue::fail`]) tries again.
-    pub(super) fn ending(&self, tag: usize) -> bool {
-        self.is_dead() && self.slots.get(tag).is_some_and(|s| s.lock().owed)
-    }
-
-    /// Disconnects, drains and frees the queue's requests. Process context.
-    pub(crate) fn close(&self) {
-        self.dead.store(true, Ordering::Release);
-        if let Some(id) = self.id.lock().as_ref() {
-            let _ = id.disconnect();
-        }
-        let _ = self.qp.set_error();
-        let _ = self.qp.drain();
-        // Everything posted is back: what the slots hold (requests that hold the queue) goes.
-        drop(self.keepalive.lock().take());
-        for slot in self.slots.iter() {
-            let (io, rq) = {
-                let mut s = slot.lock();
-                s.closed = true;
-                s.owed = false;
-                s.answer = None;
-                (s.io.take(), s.rq.take())
-            };
-            // The request first: it may hold the block request's pages (never posted now).
-            drop(io);
-            if let Some(rq) = rq {
-                let _ = Request::end(rq, Err(EIO));
-            }
-        }
-        // The id's handler holds the queue (to fail it): that link goes first, then the id,
-        // which is destroyed with the QP, when the queue goes.
-        let id = self.id.lock().take();
-        if let Some(id) = &id {
-            drop(id.handler().waiter.queue.lock().take());
-        }
-        drop(id);
+        Ok(())
     }
 
     /// Sends `rq`'s command on its tag. Any context (`queue_rq`).
@@ -660,332 +587,6 @@ impl IoQueue {
             if let Some(rq) = rq {
                 let _ = Request::end(rq, Err(EIO));
             }
-        }
-        Ok(())
-    }
-
-    /// Does what [`Slot::settle`] left to do, outside the tag's lock. Softirq.
-    fn finish(&self, settled: Settled) {
-        match settled {
-            Settled::Waiting => {}
-            Settled::End(rq, result) => {
-                let _ = Request::end(rq, result);
-            }
-            Settled::Unrevoked => self.fail(
-                format_args!("an answer did not revoke the buffer's rkey"),
-                false,
-            ),
-        }
-    }
-
-    /// Keeps `resp` for its tag, which must have a command out and no answer yet; an inline
-    /// read's `data`, exactly what its command asked, goes into the block request's pages.
-    /// Finishes the tag's I/O if its request is back too ([`Slot::settle`]); `EPROTO` if the
-    /// answer does not fit the tag's command. Softirq.
-    fn take_answer(
-        &self,
-        resp: Response,
-        data: &[u8],
-        inv: Option<Invalidation>,
-    ) -> Result<Settled> {
-        // Read first: only a probe's queue ever waits, and the exchange would take the
-        // line from other CPUs on every answer.
-        if self.probe.load(Ordering::Acquire) == PROBE_WAITING {
-            let status = i64::from(resp.status);
-            let probed = self.probe.compare_exchange(
-                PROBE_WAITING,
-                status,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            );
-            if probed.is_ok() {
-                self.probe_done.complete();
-                return Ok(Settled::Waiting);
-            }
-        }
-        let slot = self.slots.get(resp.tag as usize).ok_or(EPROTO)?;
-        let mut guard = slot.lock();
-        let s = &mut *guard;
-        if s.answer.is_some() || s.closed {
-            return Err(EPROTO);
-        }
-        let rq = s.rq.as_mut().ok_or(EPROTO)?;
-        let mut status = resp.status;
-        if status == 0 && s.inline_read > 0 {
-            if data.len() != s.inline_read {
-                return Err(EPROTO);
-            }
-            // The request's pages are written in place: it is ours until `complete` ends it.
-            if let Err(e) = Request::copy_from_slice(rq, data) {
-                status = e.to_errno();
-            }
-        } else if !data.is_empty() {
-            return Err(EPROTO);
-        }
-        s.answer = Some((status, inv));
-        Ok(s.settle())
-    }
-
-    /// Sends one raw command on a queue that serves no disk (tag 0's request, with its MR
-    /// registered for opcodes 1 and 2): opcode `op` whatever it is, and `inline` bytes of
-    /// zeros after it. Its answer, or the queue's failure, is waited for by [`Self::probe_wait`].
-    /// Process context.
-    pub(crate) fn probe(&self, op: u8, tag: u16, sector: u64, len: u32, inline: usize) -> Result {
-        if inline > INLINE_MAX as usize {
-            return Err(EINVAL);
-        }
-        let mut wr = self
-            .slots
-            .first()
-            .and_then(|s| s.lock().io.take())
-            .ok_or(EBUSY)?;
-        self.probe.store(PROBE_WAITING, Ordering::Release);
-        self.probe_done.reinit();
-        let buffer = op == Opcode::Read as u8 || op == Opcode::Write as u8;
-        let io = wr.data_mut();
-        io.op = Opcode::Flush;
-        io.direct = false;
-        if buffer {
-            io.mr.bump_key();
-        }
-        if let Some(b) = io.cmd.as_mut_slice().get_mut(CMD_LEN..CMD_LEN + inline) {
-            b.fill(0);
-        }
-        let posted = self.qp.post_send(wr, |io, ops| {
-            if buffer {
-                ops.reg_mr(&io.mr, Access::REMOTE_READ | Access::REMOTE_WRITE)?;
-            }
-            let (addr, rkey) = if buffer {
-                (io.mr.iova(), io.mr.rkey())
-            } else {
-                (0, 0)
-            };
-            let b = io.cmd.as_mut_slice();
-            Command {
-                op: Opcode::Flush,
-                tag,
-                len,
-                sector,
-                addr,
-                rkey,
-            }
-            .encode(b);
-            b[0] = op;
-            ops.send(&io.cmd, 0..CMD_LEN + inline)?;
-            Ok(())
-        });
-        if let Err(e) = posted {
-            if let Some(s) = self.slots.first() {
-                let late = s.lock().put_back(e.wr);
-                drop(late);
-            }
-            self.probe.store(PROBE_IDLE, Ordering::Release);
-            return Err(e.err);
-        }
-        Ok(())
-    }
-
-    /// Waits up to `ms` for the probe's answer: `Ok(status)`, or `Err(ECONNRESET)` if the queue
-    /// failed first (the target ended the connection), `Err(ETIMEDOUT)` if neither came.
-    pub(crate) fn probe_wait(&self, ms: u32) -> Result<i32> {
-        let signalled = self.probe_done.wait_timeout(ms);
-        match self.probe.load(Ordering::Acquire) {
-            PROBE_IDLE => Err(EINVAL),
-            PROBE_WAITING if self.dead.load(Ordering::Acquire) => Err(ECONNRESET),
-            PROBE_WAITING => Err(signalled.err().unwrap_or(ETIMEDOUT)),
-            status => Ok(status as i32),
-        }
-    }
-
-    /// A block request of `tag` has waited another [`KEEPALIVE_MS`]: asks the target whether
-    /// it lives, unless it has waited [`IO_TIMEOUT_MS`] in all (`false`: it has). Process
-    /// context (blk-mq's timeout work).
-    ///
-    /// A keep-alive completes, or fails, within the QP's retries (3.8 s). One still out after
-    /// [`KEEPALIVE_UNANSWERED_MS`] fails the queue: the device has stopped retrying without
-    /// reporting it.
-    pub(super) fn tick(&self, tag: usize) -> bool {
-        let Some(slot) = self.slots.get(tag) else {
-            return false;
-        };
-        let ticks = {
-            let mut s = slot.lock();
-            s.ticks += 1;
-            s.ticks
-        };
-        if ticks * KEEPALIVE_MS >= IO_TIMEOUT_MS || self.dead.load(Ordering::Acquire) {
-            return false;
-        }
-        let now = Ktime::ktime_get().to_ms();
-        // `None`: the last keep-alive is still out.
-        let Some(wr) = self.keepalive.lock().take() else {
-            let sent = self.keepalive_sent.load(Ordering::Acquire);
-            if sent != 0 && now - sent >= i64::from(KEEPALIVE_UNANSWERED_MS) {
-                self.fail(
-                    format_args!(
-                        "the target does not answer: a keep-alive is unanswered after {} ms",
-                        now - sent
-                    ),
-                    true,
-                );
-            }
-            return true;
-        };
-        self.keepalive_sent.store(now.max(1), Ordering::Release);
-        if let Err(e) = self.qp.post_send(wr, |_, ops| {
-            ops.keepalive()?;
-            Ok(())
-        }) {
-            self.keepalive_sent.store(0, Ordering::Release);
-            *self.keepalive.lock() = Some(e.wr);
-        }
-        true
-    }
-
-    /// Whether `wc`, the completion of `what`, succeeded; if not, fails the queue (from a CQ
-    /// handler), unless the queue failed first and its requests come back flushed.
-    ///
-    /// A request flushed while the queue lives means the QP went to the error state behind
-    /// the queue's back, with no completion in error of the queue's own: soft-RoCE's responder
-    /// does that when it rejects the target's RDMA READ or WRITE (an rkey it does not accept),
-    /// raising no asynchronous event either; a device's `QP_FATAL` flushes the same way. The
-    /// keep-alive [`IoQueue::tick`] posts then comes back flushed, which fails the queue
-    /// within one tick.
-    fn check(&self, wc: &Wc, what: &str) -> bool {
-        if wc.is_ok() {
-            return true;
-        }
-        match wc.status() {
-            WcStatus::WrFlushErr if self.is_dead() => {}
-            WcStatus::WrFlushErr => self.fail(
-                format_args!("{what} was flushed: the QP failed without an error of its own"),
-                false,
-            ),
-            status => self.fail(format_args!("{what} failed: {status:?}"), false),
-        }
-        false
-    }
-
-    /// Posts an answer receive; dropped if the QP is being drained.
-    fn post_answer(wr: Wr<Answer>) {
-        let qp = wr.data().q.qp.clone();
-        let _ = qp.post_recv(wr, |a, ops| {
-            ops.buf(&mut a.buf, 0..RESP_LEN + INLINE_MAX as usize)?;
-            Ok(())
-        });
-    }
-}
-
-impl Completion for Io {
-    fn done(mut wr: Wr<Self>, wc: &Wc) {
-        let q = wr.data().q.clone();
-        let tag = wr.data().tag as usize;
-        // The device has read an inline write's pages: unmapped, and their reference to the
-        // block request dropped, before the tag's request is back (see `end_failed`).
-        drop(wr.data_mut().lent.take_back());
-        let Some(slot) = q.slots.get(tag) else {
-            return;
-        };
-        let settled = {
-            let mut s = slot.lock();
-            // Back in its slot in every case: a failed queue's requests are freed from there.
-            // (Nothing is posted after `close`'s drain: one that comes back to a closed slot
-            // is dropped.)
-            if let Some(late) = s.put_back(wr) {
-                drop(s);
-                drop(late);
-                return;
-            }
-            if wc.is_ok() && !q.is_dead() {
-                s.settle()
-            } else {
-                Settled::Waiting
-            }
-        };
-        q.finish(settled);
-        q.check(wc, "a command");
-        if q.is_dead() {
-            // `fail` could not end a request whose pages were lent: it ends here.
-            q.end_failed(tag);
-        }
-    }
-}
-
-impl Completion for KeepAlive {
-    fn done(wr: Wr<Self>, wc: &Wc) {
-        let q = wr.data().q.clone();
-        q.check(wc, "a keep-alive");
-        // Back in its place in every case: `close` frees it, after the drain.
-        q.keepalive_sent.store(0, Ordering::Release);
-        *q.keepalive.lock() = Some(wr);
-    }
-}
-
-impl Completion for Answer {
-    fn done(mut wr: Wr<Self>, wc: &Wc) {
-        let q = wr.data().q.clone();
-        if !q.check(wc, "an answer's receive") {
-            return;
-        }
-        let n = wc.byte_len() as usize;
-        let inv = wc.invalidation();
-        // The answer is taken (and an inline read's data copied out) before its buffer is
-        // posted again.
-        let taken = match wr.data_mut().buf.as_slice().get(..n) {
-            Some(b) => Response::decode(b).and_then(|(resp, data)| q.take_answer(resp, data, inv)),
-            None => Err(EPROTO),
-        };
-        IoQueue::post_answer(wr);
-        match taken {
-            Ok(settled) => q.finish(settled),
-            Err(_) => q.fail(
-                format_args!("the target sent {n} bytes that are not an answer to a command"),
-                false,
-            ),
-        }
-    }
-}
-
-impl IoQueue {
-    /// Takes the queue's id, for `close`, then makes the queue's requests: one per tag, with
-    /// its bounce buffer and (`direct`) an MR for block requests' pages; one answer receive
-    /// per tag. After a failure `close` frees what was made.
-    pub(super) fn fill(self: &Arc<Self>, id: CmId<IniEv>, pd: &Arc<Pd>, direct: bool) -> Result {
-        let q = self;
-        *q.id.lock() = Some(id);
-        let max_pages = (MAX_IO as usize / PAGE_SIZE + 1) as u32;
-        for (tag, slot) in (0u16..).zip(q.slots.iter()) {
-            let mut mr = Mr::new(pd, max_pages)?;
-            mr.map(DmaBuf::new(pd, MAX_IO as usize, GFP_KERNEL)?)
-                .map_err(|(e, _)| e)?;
-            let io = Io {
-                q: q.clone(),
-                tag,
-                cmd: DmaBuf::<ToDevice>::alloc(pd, CMD_LEN + INLINE_MAX as usize, GFP_KERNEL)?,
-                pages: if direct {
-                    Some(LentMr::new(pd, max_pages)?)
-                } else {
-                    None
-                },
-                mr,
-                lent: DmaLent::new(pd),
-                op: Opcode::Flush,
-                len: 0,
-                direct: false,
-            };
-            slot.lock().io = Some(Wr::new(io, GFP_KERNEL)?);
-        }
-        *q.keepalive.lock() = Some(Wr::new(KeepAlive { q: q.clone() }, GFP_KERNEL)?);
-        for _ in q.slots.iter() {
-            let a = Answer {
-                q: q.clone(),
-                buf: DmaBuf::<FromDevice>::alloc(pd, RESP_LEN + INLINE_MAX as usize, GFP_KERNEL)?,
-            };
-            let wr = Wr::new(a, GFP_KERNEL)?;
-            q.qp.post_recv(wr, |a, ops| {
-                ops.buf(&mut a.buf, 0..RESP_LEN + INLINE_MAX as usize)?;
-                Ok(())
-            })?;
         }
         Ok(())
     }
