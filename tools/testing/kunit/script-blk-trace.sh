@@ -17,8 +17,8 @@
 # that returned completions); with `BENCH_TRACE_ALL=1` also the workqueue
 # items queued (rxe's tasks are, when a request is posted or a packet
 # arrives) and started (rxe's tasks and the CQs' polls, told apart by their
-# work item), and the context switches. The console gets, per run (the
-# `TRACE` sections of the bench log):
+# work item), the context switches, and the softirqs run (entry and exit).
+# The console gets, per run (the `TRACE` sections of the bench log):
 #   - four phases of an I/O, mean and median in us: A from the issue to the
 #     first CQ scheduled (the initiator's submission, rxe carrying the command
 #     and the target's receive completing), B from there to that CQ's poll
@@ -38,7 +38,7 @@ TRACE_EVENTS=$TRACE_EVENTS,rdma_core:cq_process,rdma_core:cq_poll
 # BENCH_TRACE_ALL=1 (rdmatest.trace_all=1): rxe's work items and the context
 # switches too (more steps, and a slower I/O).
 [ "$(arg rdmatest.trace_all)" != 1 ] ||
-	TRACE_EVENTS=$TRACE_EVENTS,workqueue:workqueue_queue_work,workqueue:workqueue_execute_start,sched:sched_switch
+	TRACE_EVENTS=$TRACE_EVENTS,workqueue:workqueue_queue_work,workqueue:workqueue_execute_start,sched:sched_switch,irq:softirq_entry,irq:softirq_exit
 # Rounds of peer then ULP: one run of each moves by 10-25 % from run to run.
 TRACE_ROUNDS=3
 # trace_steps DEV: reads `perf script` lines; prints the phases, the steps and
@@ -68,6 +68,13 @@ trace_steps() {
 			fn = a[3]; sub(/^function=/, "", fn)
 			if (!(w in work)) work[w] = ++nwork
 			return "queue:work" work[w] ":" fn
+		}
+		if (ev == "irq:softirq_entry" || ev == "irq:softirq_exit") {
+			# "vec=N [action=NAME]": a softirq run (a CQ poll in softirq, a
+			# packet, a timer), at the end of an interrupt or where bottom halves
+			# are enabled again (spin_unlock_bh).
+			sub(/.*action=/, "", rest); sub(/\].*/, "", rest)
+			return (ev == "irq:softirq_entry" ? "softirq:" : "softirq-end:") rest
 		}
 		if (ev == "sched:sched_switch") {
 			sub(/.*next_comm=/, "", rest); sub(/ .*/, "", rest); sub(/[\/:0-9]*$/, "", rest)
