@@ -7,6 +7,9 @@
 //!
 //! - `export name=NAME size=BYTES addr=IP port=N`: a target exports a new RAM volume;
 //! - `unexport name=NAME`: ends its connections and frees it;
+//! - `fail name=NAME`: forces the QPs of the volume's connections into the error state, as a
+//!   fatal device error would (nothing but flushes), for testing that the target then ends
+//!   them and its initiators learn it;
 //! - `connect addr=IP port=N name=NAME [queues=N] [depth=N] [zerocopy=0|1]`: an initiator
 //!   connects to the volume and serves it as the disk `rrbdN` (its index is the lowest free
 //!   one); the device reads and writes the block requests' own pages (an inline write's SEND
@@ -229,6 +232,9 @@ enum Cmd {
     Unexport {
         name: Name,
     },
+    Fail {
+        name: Name,
+    },
     Connect(ConnectSpec),
     Disconnect {
         index: u32,
@@ -257,6 +263,7 @@ fn parse(input: &[u8]) -> Result<Cmd> {
     let keys: &[&[u8]] = match verb {
         b"export" => &[b"name", b"size", b"addr", b"port"],
         b"unexport" => &[b"name"],
+        b"fail" => &[b"name"],
         b"connect" => &[b"addr", b"port", b"name", b"queues", b"depth", b"zerocopy"],
         b"disconnect" => &[b"dev"],
         b"probe" => &[
@@ -264,7 +271,7 @@ fn parse(input: &[u8]) -> Result<Cmd> {
         ],
         _ => {
             return Err(bad(format_args!(
-                "unknown command '{}' (export, unexport, connect, disconnect, probe)",
+                "unknown command '{}' (export, unexport, fail, connect, disconnect, probe)",
                 Escaped(verb)
             )))
         }
@@ -346,6 +353,7 @@ fn parse(input: &[u8]) -> Result<Cmd> {
             }
         }
         b"unexport" => Cmd::Unexport { name: name(0)? },
+        b"fail" => Cmd::Fail { name: name(0)? },
         b"connect" => {
             let port = number(1, 1, 65535)? as u16;
             let queues = if vals[3].is_some() {
@@ -453,6 +461,20 @@ fn command(s: &State, cmd: Cmd) -> Result {
             };
             export.close();
             pr_info!("export {name}: unexported\n");
+            Ok(())
+        }
+        Cmd::Fail { name } => {
+            let export = s
+                .exports
+                .lock()
+                .iter()
+                .find(|e| e.volume.name == name)
+                .cloned();
+            let Some(export) = export else {
+                return Err(bad(format_args!("fail: no volume {name}")));
+            };
+            let n = export.fail();
+            pr_info!("export {name}: {n} connections' QPs forced into the error state\n");
             Ok(())
         }
         Cmd::Connect(spec) => {

@@ -141,6 +141,8 @@ struct Session {
 
 impl Session {
     fn end(self) {
+        // The disconnect moves the QP to the error state: its flushes are this.
+        self.conn.ending();
         let _ = self.id.disconnect();
         self.conn.teardown();
         drop(self.id);
@@ -294,6 +296,18 @@ impl core::fmt::Display for Peer {
 }
 
 impl Export {
+    /// Forces the QPs of the export's connections into the error state (`fail`), as a fatal
+    /// device error would: each connection sees its requests flushed and ends itself. Returns
+    /// how many were forced. Process context.
+    pub(crate) fn fail(&self) -> usize {
+        let l = self.link.lock();
+        l.sessions
+            .iter()
+            .flatten()
+            .filter(|s| s.conn.force_error())
+            .count()
+    }
+
     /// Sends a DREQ on `conn`'s connection, whose peer broke the protocol. Before ib_cm has
     /// the peer's RTU this sends nothing: the `Established` event disconnects then. Process
     /// context.

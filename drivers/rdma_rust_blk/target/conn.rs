@@ -50,6 +50,9 @@ pub(super) struct TgtConn {
     pool: SpinLock<Pool>,
     pub(super) commands: AtomicU64,
     pub(super) broken: AtomicBool,
+    /// This side is ending the connection (a disconnect, a teardown): the flushes that follow
+    /// are that, not news (see [`TgtConn::failed`]).
+    ending: AtomicBool,
     /// The export's staging memory this connection holds, given back by its teardown.
     staging: AtomicU64,
 }
@@ -177,6 +180,7 @@ impl TgtConn {
                 pool <- new_spinlock!(Pool::default(), "rdma_rust_blk_tgt_pool"),
                 commands: AtomicU64::new(0),
                 broken: AtomicBool::new(false),
+                ending: AtomicBool::new(false),
                 staging: AtomicU64::new(staging),
             }),
             GFP_KERNEL,
@@ -246,6 +250,7 @@ impl TgtConn {
     /// Frees the connection: every request comes back (drain), and the answers, which hold
     /// the connection, are dropped. Process context, not a handler of its CQ.
     pub(super) fn teardown(&self) {
+        self.ending();
         let qp = self.qp.lock().take();
         if let Some(qp) = &qp {
             let _ = qp.set_error();
@@ -256,6 +261,40 @@ impl TgtConn {
         drop(qp);
         let staging = self.staging.swap(0, Ordering::AcqRel);
         self.export.staging.fetch_sub(staging, Ordering::AcqRel);
+    }
+
+    /// This side is about to end the connection (before a disconnect, which moves the QP to
+    /// the error state): its requests come back flushed from now on, and that is no failure.
+    pub(super) fn ending(&self) {
+        self.ending.store(true, Ordering::Release);
+    }
+
+    /// Forces the connection's QP into the error state, as a device's fatal error would, with
+    /// nothing to report but flushes (`fail`: for testing how a target notices); whether it
+    /// did (a connection not started, or torn down, has no QP). Process context.
+    pub(super) fn force_error(&self) -> bool {
+        self.qp
+            .lock()
+            .as_ref()
+            .is_some_and(|qp| qp.set_error().is_ok())
+    }
+
+    /// `what`, a request of the connection, came back with `wc`'s error. An error ends the
+    /// connection. So does a flush that nothing of ours asked for: the QP failed without a
+    /// completion in error of its own (the responder refused a request of the peer's, which
+    /// moves the QP to the error state and reports nothing here, or the device failed it):
+    /// the initiator learns it from the disconnect at once, instead of from its own requests'
+    /// retries or keep-alives, and not at all if its disk is idle. Process context (the CQ's
+    /// workqueue).
+    fn failed(&self, wc: &Wc, what: &str) {
+        match wc.status() {
+            WcStatus::WrFlushErr
+                if self.ending.load(Ordering::Acquire) || self.broken.load(Ordering::Acquire) => {}
+            WcStatus::WrFlushErr => self.protocol_error(format_args!(
+                "{what} was flushed: the QP failed without an error of its own"
+            )),
+            status => self.protocol_error(format_args!("{what} failed: {status:?}")),
+        }
     }
 
     /// Ends a connection whose peer broke the protocol: its QP goes to the error state, so
@@ -516,9 +555,7 @@ impl Completion for CmdBuf {
     fn done(mut wr: Wr<Self>, wc: &Wc) {
         let conn = wr.data().conn.clone();
         if !wc.is_ok() {
-            if wc.status() != WcStatus::WrFlushErr {
-                conn.protocol_error(format_args!("command receive failed: {:?}", wc.status()));
-            }
+            conn.failed(wc, "a command's receive");
             return;
         }
         let n = wc.byte_len() as usize;
@@ -546,9 +583,7 @@ impl Completion for Answer {
     fn done(mut wr: Wr<Self>, wc: &Wc) {
         let conn = wr.data().conn.clone();
         if !wc.is_ok() {
-            if wc.status() != WcStatus::WrFlushErr {
-                conn.protocol_error(format_args!("an answer failed: {:?}", wc.status()));
-            }
+            conn.failed(wc, "an answer");
             finish(&mut wr);
             conn.put_back(wr);
             return;

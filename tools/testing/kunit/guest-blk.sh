@@ -58,6 +58,7 @@ blk_bad_ctl() {
 		"export name=0123456789abcdef0123456789abcdefX size=1m addr=10.77.0.1 port=7401" \
 		"export name=v name=w size=1m addr=10.77.0.1 port=7401" "export name=v size=1m addr=10.77.0.1 port=7401 frob=1" \
 		"export name= size=1m addr=10.77.0.1 port=7401" "unexport name=nosuch" "unexport" \
+		"fail" "fail name=nosuch" "fail name=vol0 name=vol0" \
 		"connect addr=10.77.0.1 port=7409 name=nosuch" "connect addr=10.77.0.1 port=7400" \
 		"connect addr=10.77.0.1 port=7400 name=vol0 queues=0" "connect addr=10.77.0.1 port=7400 name=vol0 queues=17" \
 		"connect addr=10.77.0.1 port=7400 name=vol0 depth=0" "connect addr=10.77.0.1 port=7400 name=vol0 depth=129" \
@@ -329,6 +330,32 @@ blk_io_fails() {
 	kmsg "rdmatest: rrbd0 I/O failed $(( $(uptime_ms) - t0 )) ms after '$*'"
 	[ ! -e /dev/rrbd0 ] || ! timeout 5 dd if=/dev/rrbd0 of=/dev/null bs=4k count=1 iflag=direct 2> /dev/null
 }
+# blk_target_qp_fails: vol0 exported again and an idle rrbd0 connected to it;
+# `fail name=vol0` forces the target's QPs into the error state with no
+# completion in error of their own. The target ends both connections itself
+# (its log says why), the idle disk is failed by the disconnect within 10 s
+# (nothing of its own is in flight to find out) and answers errors; once the
+# disk is disconnected the target has no connection left; vol0 is unexported
+# again.
+blk_target_qp_fails() {
+	blk_export && blk_connect queues=2 depth=4 || return 1
+	blk_clean || return 1
+	mark
+	blk_ctl fail name=vol0 || { echo "fail name=vol0 refused"; return 1; }
+	since_mark | grep -q "export vol0: 2 connections' QPs forced into the error state" ||
+		{ echo "fail did not reach both connections"; since_mark | tail -n 5; return 1; }
+	wait_for 10 blk_disk_has state=failed ||
+		{ echo "the idle disk was not failed"; cat $BLK/status; since_mark | tail -n 5; return 1; }
+	[ "$(since_mark | grep -c "export vol0: a command's receive was flushed: the QP failed without an error of its own: connection ended")" = 2 ] ||
+		{ echo "the target did not end both connections, saying why"; since_mark | tail -n 8; return 1; }
+	! timeout 5 dd if=/dev/rrbd0 of=/dev/null bs=4k count=1 iflag=direct 2> /dev/null ||
+		{ echo "the failed disk answered a read"; return 1; }
+	# The target's sessions end with the CM's answer to its DREQ, which the
+	# initiator gives when its disk disconnects.
+	blk_disconnect || return 1
+	wait_for 10 blk_target_connections 0 || { echo "the target kept connections"; cat $BLK/status; return 1; }
+	blk_ctl unexport name=vol0
+}
 # blk_works_again: export and connect again (after the device came back,
 # for the rmmod case that follows); 1 MiB written reads back.
 blk_works_again() {
@@ -403,6 +430,9 @@ blk_suite() {
 	check blk_unexport_under_io blk_connect depth=8
 	check blk_unexport_fails_io blk_io_fails blk_ctl unexport name=vol0
 	check blk_failed_disk_disconnects blk_disconnect
+	# The target's QPs fail with nothing but flushes: it ends the connections,
+	# and an idle disk learns it from the disconnect.
+	check blk_target_qp_failed blk_target_qp_fails
 	# rdma link delete of the device both ends use, under I/O; then a new
 	# connect works on the device added again.
 	check blk_export_again blk_export
