@@ -190,7 +190,7 @@ pub(crate) struct IniEv {
 }
 
 impl Handler for IniEv {
-    fn event(&self, _id: &Id, event: Event<'_, Self>) {
+    fn event(&self, id: &Id, event: Event<'_, Self>) {
         let w = &self.waiter;
         match event {
             Event::AddrResolved => w.set(Step::AddrResolved),
@@ -216,6 +216,11 @@ impl Handler for IniEv {
                 let q = w.queue.lock().clone();
                 if let Some(q) = q {
                     q.fail(format_args!("the target disconnected"), true);
+                }
+                // The target's DREQ is answered now, not at `disconnect`: its session ends
+                // with the DREP (else only when its DREQ times out). The failed disk stays.
+                if matches!(event, Event::Disconnected) {
+                    let _ = id.disconnect();
                 }
             }
             _ => {}

@@ -200,6 +200,9 @@ pub enum Event<'a, H: Handler> {
         ud: Option<UdPeer<'a>>,
     },
     /// The peer disconnected (or [`Id::disconnect`] completed): the QP is in the error state.
+    /// The peer's disconnect request is answered by [`Id::disconnect`] (allowed from the
+    /// handler) or when the id is dropped; until then the peer's side of the connection waits
+    /// for the answer (its `Disconnected` comes when the request times out).
     Disconnected,
     /// The device of the id is going away: every resource on it must be freed (drop the QP
     /// and the id; from this handler, dropping the id is the way to do it).

@@ -350,10 +350,12 @@ blk_target_qp_fails() {
 		{ echo "the target did not end both connections, saying why"; since_mark | tail -n 8; return 1; }
 	! timeout 5 dd if=/dev/rrbd0 of=/dev/null bs=4k count=1 iflag=direct 2> /dev/null ||
 		{ echo "the failed disk answered a read"; return 1; }
-	# The target's sessions end with the CM's answer to its DREQ, which the
-	# initiator gives when its disk disconnects.
+	# The target's sessions end with the initiator's answer to their DREQs,
+	# given when they arrive, while the failed disk stays until disconnect.
+	wait_for 10 blk_target_connections 0 ||
+		{ echo "the target kept connections: its DREQs unanswered"; cat $BLK/status; return 1; }
+	[ -b /dev/rrbd0 ] && blk_disk_has state=failed || { echo "the failed disk went"; return 1; }
 	blk_disconnect || return 1
-	wait_for 10 blk_target_connections 0 || { echo "the target kept connections"; cat $BLK/status; return 1; }
 	blk_ctl unexport name=vol0
 }
 # blk_works_again: export and connect again (after the device came back,
