@@ -262,11 +262,16 @@ pub(crate) fn connect_queue(spec: &ConnectSpec, index: u16) -> Result<(Arc<IoQue
     let dev = id.device().ok_or(ENODEV)?;
     let depth = u32::from(spec.depth);
     let pd = Pd::new(&dev)?;
+    // Completions run in the core's high-priority completion workqueue, not in softirq as
+    // nvme-rdma's do: a CQ event raised from soft-RoCE's kworkers (not an interrupt) waits
+    // for ksoftirqd, which queues behind those kworkers, while a high-priority kworker runs
+    // first. Depth-1 4 KiB writes went from 0.91x nvme-rdma to 1.09x (pooled boots, see the
+    // documentation). Nothing here sleeps: the handlers stay the same in either context.
     let cq = Cq::new(
         &dev,
         3 * depth + 8,
         u32::from(index) % dev.num_comp_vectors().max(1),
-        PollContext::Softirq,
+        PollContext::Workqueue,
     )?;
     // An inline write's SEND gathers the command and the request's pages (a device that
     // gathers one entry only gets copies).

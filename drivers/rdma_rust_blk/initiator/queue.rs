@@ -31,13 +31,14 @@
 //! buffer is posted again.
 //!
 //! A block request ends when both its answer has arrived and its command's SEND has come back
-//! (with the MR): whichever completes second ends it, in the CQ's softirq handler. The answer
+//! (with the MR): whichever completes second ends it, in the CQ's handler (a work item of the
+//! core's high-priority completion workqueue; see `connect_queue` for why). The answer
 //! can come first, so the invalidation it reports is kept ([`Invalidation`]) until the MR is
 //! back.
 //!
 //! Each tag's state ([`Slot`]) has a lock of its own, in an allocation of its own: a tag's
 //! submission and its two completions meet there, and nothing else does (blk-mq gives a tag to
-//! one block request at a time). The CPU that submits and the one whose softirq completes touch
+//! one block request at a time). The CPU that submits and the one whose CQ handler completes touch
 //! only the tags they work on, and each completion does its part of ending the request within
 //! one critical section ([`Slot::settle`]). The counts of the status file are the slots' too,
 //! summed when it is read ([`IoQueue::stats`]).
@@ -191,7 +192,7 @@ impl Slot {
     }
 
     /// Finishes the tag's I/O if both its request and its answer are back. Under the tag's
-    /// lock, in softirq (a CQ handler).
+    /// lock, in a CQ handler.
     ///
     /// The target must have revoked the rkey of a command that named a buffer: without that
     /// the buffer (the block request's pages, or the bounce buffer) is still open to it, and

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! A queue's completion side: a command's SEND coming back, an answer arriving, a keep-alive
-//! coming back, each in the CQ's softirq handler. Whichever of a tag's two completions comes
+//! coming back, each in the CQ's handler (process context, not sleeping: the completion
+//! workqueue). Whichever of a tag's two completions comes
 //! second ends its block request ([`Slot::settle`], [`IoQueue::finish`]); a completion that
 //! failed fails the queue ([`IoQueue::check`]).
 
@@ -16,7 +17,7 @@ use kernel::rdma::{
 };
 
 impl IoQueue {
-    /// Does what [`Slot::settle`] left to do, outside the tag's lock. Softirq.
+    /// Does what [`Slot::settle`] left to do, outside the tag's lock. A CQ handler.
     fn finish(&self, settled: Settled) {
         match settled {
             Settled::Waiting => {}
@@ -33,7 +34,7 @@ impl IoQueue {
     /// Keeps `resp` for its tag, which must have a command out and no answer yet; an inline
     /// read's `data`, exactly what its command asked, goes into the block request's pages.
     /// Finishes the tag's I/O if its request is back too ([`Slot::settle`]); `EPROTO` if the
-    /// answer does not fit the tag's command. Softirq.
+    /// answer does not fit the tag's command. A CQ handler.
     fn take_answer(
         &self,
         resp: Response,
