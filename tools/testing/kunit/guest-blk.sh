@@ -334,9 +334,10 @@ blk_io_fails() {
 # `fail name=vol0` forces the target's QPs into the error state with no
 # completion in error of their own. The target ends both connections itself
 # (its log says why), the idle disk is failed by the disconnect within 10 s
-# (nothing of its own is in flight to find out) and answers errors; once the
-# disk is disconnected the target has no connection left; vol0 is unexported
-# again.
+# (nothing of its own is in flight to find out) and answers errors; the
+# initiator answers the DREQs at once, so the target has no connection left
+# while the failed disk is still there; then the disk is disconnected and vol0
+# unexported again.
 blk_target_qp_fails() {
 	blk_export && blk_connect queues=2 depth=4 || return 1
 	blk_clean || return 1
