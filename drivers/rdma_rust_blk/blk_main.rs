@@ -196,22 +196,16 @@ impl Client for BlkClient {
             );
             d.disconnect();
         }
-        let closing = {
-            let mut exports = s.exports.lock();
-            let mut keep = KVec::new();
-            let mut closing = KVec::new();
-            for e in core::mem::take(&mut *exports) {
-                let on = e.is_on(dev);
-                let to = if on { &mut closing } else { &mut keep };
-                if to.push(e.clone(), GFP_KERNEL).is_err() && on {
-                    // Without memory for the list it is closed here, under the lock.
-                    e.close();
-                }
-            }
-            *exports = keep;
-            closing
-        };
-        for e in closing {
+        // One at a time, each closed outside the lock.
+        loop {
+            let closing = {
+                let mut exports = s.exports.lock();
+                let i = exports.iter().position(|e| e.is_on(dev));
+                i.and_then(|i| exports.remove(i))
+            };
+            let Some(e) = closing else {
+                break;
+            };
             pr_info!(
                 "export {}: {} is going away: unexported\n",
                 e.volume.name,
@@ -444,17 +438,8 @@ fn command(s: &State, cmd: Cmd) -> Result {
         Cmd::Unexport { name } => {
             let export = {
                 let mut exports = s.exports.lock();
-                let mut found = None;
-                let mut keep = KVec::with_capacity(exports.len(), GFP_KERNEL)?;
-                for e in core::mem::take(&mut *exports) {
-                    if e.volume.name == name {
-                        found = Some(e);
-                    } else {
-                        let _ = keep.push(e, GFP_KERNEL);
-                    }
-                }
-                *exports = keep;
-                found
+                let i = exports.iter().position(|e| e.volume.name == name);
+                i.and_then(|i| exports.remove(i))
             };
             let Some(export) = export else {
                 return Err(bad(format_args!("unexport: no volume {name}")));

@@ -32,7 +32,7 @@
 use crate::ctl::{Role, Spec};
 use crate::run::{check_ud_size, Attached, Res, Run};
 use crate::stats::Stats;
-use crate::util::{remove_at, wait_until, Pace};
+use crate::util::{wait_until, Pace};
 use kernel::new_mutex;
 use kernel::prelude::*;
 use kernel::rdma::{
@@ -316,7 +316,7 @@ impl Ev {
                 );
                 let session = self.waiter.with_link(|l| {
                     let i = l.sessions.iter().position(|s| Arc::ptr_eq(&s.conn, conn))?;
-                    remove_at(&mut l.sessions, i)
+                    l.sessions.remove(i)
                 });
                 if let Some(Some(s)) = session {
                     s.conn.teardown();

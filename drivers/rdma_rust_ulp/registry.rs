@@ -7,7 +7,6 @@ use crate::cm;
 use crate::ctl::{self, Command, Defaults, Role, ShowEndpoint, Spec, Target};
 use crate::run::Run;
 use crate::stats;
-use crate::util::{remove_at, retain};
 use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use kernel::debugfs::command::Escaped;
 use kernel::new_mutex;
@@ -290,7 +289,7 @@ impl Ulp {
             let Some(i) = r.runs.iter().position(|x| !x.active()) else {
                 break;
             };
-            drop(remove_at(&mut r.runs, i));
+            drop(r.runs.remove(i));
         }
         r.runs.push(run.clone(), GFP_KERNEL)?;
         Ok(())
@@ -402,7 +401,7 @@ impl Ulp {
             }
             Command::Clear => {
                 for d in self.devices.lock().iter().flatten() {
-                    retain(&mut d.runs.lock().runs, |r| r.active());
+                    d.runs.lock().runs.retain(|r| r.active());
                 }
                 Ok(())
             }

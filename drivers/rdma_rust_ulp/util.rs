@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! What the other files of the ULP share: list helpers that 6.12's `KVec` lacks, and the one
-//! way the ULP waits for its handlers.
+//! What the other files of the ULP share: the one way the ULP waits for its handlers.
 
 use kernel::prelude::*;
 use kernel::rdma::{
@@ -9,35 +8,6 @@ use kernel::rdma::{
     sync::{cond_resched, msleep, Completion as Signal},
 };
 use kernel::time::Ktime;
-
-/// Removes and returns element `i` of `v`, keeping the order of the others (6.12's `KVec` has
-/// no `remove`).
-pub(crate) fn remove_at<T>(v: &mut KVec<T>, i: usize) -> Option<T> {
-    let len = v.len();
-    if i >= len {
-        return None;
-    }
-    v.as_mut_slice()[i..].rotate_left(1);
-    // SAFETY: Element `len - 1` is initialised; it is read out once and no longer counted, and
-    // the `len - 1` elements before it stay initialised.
-    unsafe {
-        let last = v.as_ptr().add(len - 1).read();
-        v.set_len(len - 1);
-        Some(last)
-    }
-}
-
-/// Keeps the elements of `v` for which `keep` holds, in order, and drops the others.
-pub(crate) fn retain<T>(v: &mut KVec<T>, mut keep: impl FnMut(&T) -> bool) {
-    let mut i = 0;
-    while i < v.len() {
-        if keep(&v[i]) {
-            i += 1;
-        } else {
-            drop(remove_at(v, i));
-        }
-    }
-}
 
 /// How [`wait_until`] waits between looks at what it waits for.
 #[derive(Clone, Copy, PartialEq, Eq)]
