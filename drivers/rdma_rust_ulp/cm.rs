@@ -332,6 +332,12 @@ impl Ev {
                     run.stop();
                     if let Some(Some(c)) = self.waiter.with_link(|l| l.conn.clone()) {
                         c.end();
+                        if !removal {
+                            // The server asked (a DREQ): answered now, not when the run is
+                            // reaped, so that its side ends at once. The QP moves to the
+                            // error state; its flushes are an ended connection's drain.
+                            let _ = id.disconnect();
+                        }
                     }
                 } else if removal {
                     run.stop();

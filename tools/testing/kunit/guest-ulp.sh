@@ -498,6 +498,41 @@ ulp_cm_link_delete() {
 	add_rxe rxe1 veth1 || { echo "rxe1 did not come back"; return 1; }
 	ulp_cm_pair 10.77.1.1 7208 rc 50 256
 }
+# ulp_cm_server_stops: the server run is stopped under a connected client (both
+# ends on rxe1): the client's run ends with the error, and the client answers
+# the server's DREQ when it comes (the DREP moves its QP, the only RC QP left on
+# rxe1, to the error state, and its requests come back flushed), not only when
+# its run is reaped.
+client_qp_failed() {
+	[ "$(rdma resource show qp link rxe1 | grep -c 'type RC')" = 1 ] &&
+		rdma resource show qp link rxe1 | grep -q 'type RC state ERR'
+}
+ulp_cm_server_stops() {
+	local sid cid
+	ulp_ctl start cm=server addr=10.77.1.1 port=7209 || return 1
+	sid=$(ulp_last_id)
+	ulp_ctl start cm=client addr=10.77.1.1 port=7209 count=1000000000 ||
+		{ ulp_ctl stop id="$sid"; return 1; }
+	cid=$(ulp_last_id)
+	wait_for 10 ulp_above "$cid" messages 0 || { ulp_ctl stop all; echo "no pings yet"; return 1; }
+	mark
+	ulp_ctl stop id="$sid" || { ulp_ctl stop all; return 1; }
+	wait_for 30 since_mark_has "run $cid: disconnected after [0-9]* of 1000000000" ||
+		{ since_mark; ulp_ctl stop all; return 1; }
+	wait_for 10 client_qp_failed || { rdma resource show qp link rxe1; ulp_ctl stop all;
+		echo "the client's QP is not alone in the error state"; return 1; }
+	rdma resource show qp link rxe1 | while IFS= read -r l; do kmsg "rdmatest: after the server stopped: $l"; done
+	ulp_ctl wait id="$cid"
+	ulp_row "$cid"
+	# One error, the disconnect: a ping still in flight to the stopped server
+	# came back flushed (left unanswered, it would fail with RetryExcErr after
+	# its retries, ~4 s, and move the QP to the error state that way).
+	[ "$(ulp_stat "$cid" errors)" = 1 ] ||
+		{ echo "the client counted $(ulp_stat "$cid" errors) errors, not 1"; return 1; }
+	ulp_ctl clear
+	[ "$(rdma resource show qp link rxe1 | grep -c 'type RC')" = 0 ] ||
+		{ rdma resource show qp link rxe1; echo "a QP is left"; return 1; }
+}
 # The ULP over rdma_cm in one guest: against rping both ways, against itself
 # (RC and UD), refused and unreachable peers, device removal under a connection.
 ulp_cm() {
@@ -514,6 +549,7 @@ ulp_cm() {
 	check no_listener_rejected ulp_cm_refused
 	check no_host_unreachable ulp_cm_unreachable
 	check oversize_rejected_with_reason ulp_cm_too_big
+	check server_stop_answered_at_once ulp_cm_server_stops
 	check link_delete_under_connection ulp_cm_link_delete
 	check rmmod timeout 30 rmmod rdma_rust_ulp
 	check resources_released resources_as_before
