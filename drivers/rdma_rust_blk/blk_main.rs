@@ -10,11 +10,13 @@
 //! - `fail name=NAME`: forces the QPs of the volume's connections into the error state, as a
 //!   fatal device error would (nothing but flushes), for testing that the target then ends
 //!   them and its initiators learn it;
-//! - `connect addr=IP port=N name=NAME [queues=N] [depth=N] [zerocopy=0|1]`: an initiator
-//!   connects to the volume and serves it as the disk `rrbdN` (its index is the lowest free
-//!   one); the device reads and writes the block requests' own pages (an inline write's SEND
-//!   gathers them, larger I/Os register them for the target), or with `zerocopy=0` the data
-//!   is copied (into the command's buffer, through bounce buffers);
+//! - `connect addr=IP port=N name=NAME [queues=N] [depth=N] [zerocopy=0|1]
+//!   [poll=workqueue|softirq]`: an initiator connects to the volume and serves it as the disk
+//!   `rrbdN` (its index is the lowest free one); the device reads and writes the block
+//!   requests' own pages (an inline write's SEND gathers them, larger I/Os register them for
+//!   the target), or with `zerocopy=0` the data is copied (into the command's buffer, through
+//!   bounce buffers); completions run in the high-priority completion workqueue, or with
+//!   `poll=softirq` in softirq;
 //! - `disconnect dev=rrbdN`: removes the disk and ends its connections;
 //! - `probe addr=IP port=N name=NAME op=N sector=N len=N [tag=N] [inline=N]`: sends one raw
 //!   command to a target and logs what it did (see [`probe`]), for testing targets.
@@ -33,6 +35,7 @@ use kernel::debugfs::{
 use kernel::rdma::{
     client::{Client, ClientStorage, Registration},
     cm::SockAddr,
+    cq::PollContext,
     device::Device,
 };
 use kernel::sync::{Arc, Mutex};
@@ -258,7 +261,15 @@ fn parse(input: &[u8]) -> Result<Cmd> {
         b"export" => &[b"name", b"size", b"addr", b"port"],
         b"unexport" => &[b"name"],
         b"fail" => &[b"name"],
-        b"connect" => &[b"addr", b"port", b"name", b"queues", b"depth", b"zerocopy"],
+        b"connect" => &[
+            b"addr",
+            b"port",
+            b"name",
+            b"queues",
+            b"depth",
+            b"zerocopy",
+            b"poll",
+        ],
         b"disconnect" => &[b"dev"],
         b"probe" => &[
             b"addr", b"port", b"name", b"op", b"sector", b"len", b"tag", b"inline",
@@ -362,12 +373,23 @@ fn parse(input: &[u8]) -> Result<Cmd> {
             };
             // The block requests' own pages unless `zerocopy=0` asks for copies.
             let zerocopy = vals[5].is_none() || number(5, 0, 1)? == 1;
+            let poll = match vals[6] {
+                None | Some(b"workqueue") => PollContext::Workqueue,
+                Some(b"softirq") => PollContext::Softirq,
+                Some(v) => {
+                    return Err(bad(format_args!(
+                        "poll={}: must be workqueue or softirq",
+                        Escaped(v)
+                    )))
+                }
+            };
             Cmd::Connect(ConnectSpec {
                 addr: addr(0, port)?,
                 name: name(2)?,
                 queues: queues as u16,
                 depth: depth as u16,
                 zerocopy,
+                poll,
             })
         }
         b"probe" => {
@@ -386,6 +408,7 @@ fn parse(input: &[u8]) -> Result<Cmd> {
                     queues: 1,
                     depth: 1,
                     zerocopy: false,
+                    poll: PollContext::Workqueue,
                 },
                 op: number(3, 0, 255)? as u8,
                 sector: number(4, 0, u64::MAX)?,
@@ -531,7 +554,7 @@ fn status(s: &State, t: &mut impl core::fmt::Write) -> core::fmt::Result {
         }
         writeln!(
             t,
-            "  rrbd{} name={} target={} dev={} queues={} capacity={} block={} state={} in_flight={} completed={} errors={} timeouts={} inline_writes_lent={} inline_writes_copied={} registered_io={} bounced_io={}",
+            "  rrbd{} name={} target={} dev={} queues={} capacity={} block={} state={} in_flight={} completed={} errors={} timeouts={} inline_writes_lent={} inline_writes_copied={} registered_io={} bounced_io={} poll={}",
             d.index,
             c.name,
             c.addr,
@@ -547,7 +570,12 @@ fn status(s: &State, t: &mut impl core::fmt::Write) -> core::fmt::Result {
             sum.writes_lent,
             sum.writes_copied,
             sum.registered,
-            sum.bounced
+            sum.bounced,
+            if c.poll == PollContext::Softirq {
+                "softirq"
+            } else {
+                "workqueue"
+            }
         )?;
         write!(t, "    per_queue_completed=")?;
         for (i, q) in c.queues.iter().enumerate() {

@@ -47,6 +47,9 @@ pub(crate) struct ConnectSpec {
     /// `zerocopy=0` the data is copied: into the command's buffer or through the bounce
     /// buffer.
     pub(crate) zerocopy: bool,
+    /// Where the queues' completions run: the high-priority completion workqueue (the
+    /// default) or, with `poll=softirq`, softirq as nvme-rdma's; see [`connect_queue`].
+    pub(crate) poll: PollContext,
 }
 
 /// The blk-mq operations of every rrbd disk.
@@ -60,6 +63,7 @@ pub(crate) struct Conn {
     pub(crate) name: Name,
     pub(crate) dev_name: KVec<u8>,
     pub(crate) timeouts: AtomicU64,
+    pub(crate) poll: PollContext,
 }
 
 impl Conn {
@@ -262,16 +266,17 @@ pub(crate) fn connect_queue(spec: &ConnectSpec, index: u16) -> Result<(Arc<IoQue
     let dev = id.device().ok_or(ENODEV)?;
     let depth = u32::from(spec.depth);
     let pd = Pd::new(&dev)?;
-    // Completions run in the core's high-priority completion workqueue, not in softirq as
-    // nvme-rdma's do: a CQ event raised from soft-RoCE's kworkers (not an interrupt) waits
-    // for ksoftirqd, which queues behind those kworkers, while a high-priority kworker runs
-    // first. Depth-1 4 KiB writes went from 0.91x nvme-rdma to 1.09x (pooled boots, see the
-    // documentation). Nothing here sleeps: the handlers stay the same in either context.
+    // By default completions run in the core's high-priority completion workqueue, not in
+    // softirq as nvme-rdma's do: a CQ event raised from soft-RoCE's kworkers (not an
+    // interrupt) waits for ksoftirqd, which queues behind those kworkers, while a
+    // high-priority kworker runs first. Depth-1 4 KiB writes went from 0.91x nvme-rdma to
+    // 1.09x (pooled boots, see the documentation). `poll=softirq` keeps softirq, so that one
+    // boot can compare the two. Nothing here sleeps: the handlers are the same in either.
     let cq = Cq::new(
         &dev,
         3 * depth + 8,
         u32::from(index) % dev.num_comp_vectors().max(1),
-        PollContext::Workqueue,
+        spec.poll,
     )?;
     // An inline write's SEND gathers the command and the request's pages (a device that
     // gathers one entry only gets copies).
@@ -393,6 +398,7 @@ impl Disk {
                 name: spec.name,
                 dev_name,
                 timeouts: AtomicU64::new(0),
+                poll: spec.poll,
             },
             GFP_KERNEL,
         )?;

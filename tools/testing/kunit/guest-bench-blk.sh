@@ -197,21 +197,18 @@ blkb_one() {
 		bench_say "run case=${case}_lat side=$side round=$round value=$4 p99=$5 msgs=$1 cpu_us=$cpu"
 }
 
-# bench_blk: both disks up, a verified pattern on each, the timed rounds, both
-# down; the RDMA resources back to where they were.
-bench_blk() {
-	local nvme rrbd r c k rw bs qd what side d
-	rdma_resources_but_pool > /tmp/blkb-res
-	nvme=$(blkb_nvme_up) || { bench_say "fail case=blk_setup side=peer round=0 (nvme-rdma)"; return 1; }
-	rrbd=$(blkb_rrbd_up) || { bench_say "fail case=blk_setup side=ulp round=0 (rdma_rust_blk)"; blkb_nvme_down; return 1; }
-	bench_say "note blk: peer /dev/$nvme (nvmet-rdma, brd namespace, nvme-rdma host), ulp /dev/$rrbd; $BLKB_MB MiB each, $BLKB_QUEUES queues of depth $BLKB_DEPTH; fio $(/usr/bin/fio --version) libaio O_DIRECT"
+# blkb_compare PEER_DEV ULP_DEV: the block cases on two disks that are up: a
+# verified pattern on each, then the timed rounds (the peer column's figures
+# from /dev/PEER_DEV, the ULP's from /dev/ULP_DEV); rdma_rust_blk's status.
+blkb_compare() {
+	local peer=$1 ulp=$2 r c k rw bs qd what side d
 	echo "$BLKB_CASES" | grep . > /tmp/blkb-cases
 	while read -r c k rw bs qd; do
 		bench_say "case case=$c kind=$k op=blk size=$(( ${bs%k} * 1024 ))"
 		[ "$qd" != 1 ] || bench_say "case case=${c}_lat kind=blklat op=blk size=$(( ${bs%k} * 1024 ))"
 	done < /tmp/blkb-cases
 	for side in peer ulp; do
-		if [ $side = peer ]; then c=$nvme; else c=$rrbd; fi
+		if [ $side = peer ]; then c=$peer; else c=$ulp; fi
 		if what=$(blkb_check "$c"); then
 			bench_say "check case=blk_$side ok fio wrote and verified (crc32c)$what on /dev/$c"
 		else
@@ -221,12 +218,23 @@ bench_blk() {
 	for r in $(seq 1 "$BENCH_ROUNDS"); do
 		while read -r c k rw bs qd; do
 			for side in $(bench_sides "$r"); do
-				if [ $side = peer ]; then d=$nvme; else d=$rrbd; fi
+				if [ $side = peer ]; then d=$peer; else d=$ulp; fi
 				blkb_one "$c" "$k" "$rw" "$bs" "$qd" $side "$d" "$r" < /dev/null
 			done
 		done < /tmp/blkb-cases
 	done
 	bench_say "note blk: rdma_rust_blk status: $(tr '\n' ' ' < /sys/kernel/debug/rdma_rust_blk/status)"
+}
+
+# bench_blk: both disks up, the block cases on them, both down; the RDMA
+# resources back to where they were.
+bench_blk() {
+	local nvme rrbd
+	rdma_resources_but_pool > /tmp/blkb-res
+	nvme=$(blkb_nvme_up) || { bench_say "fail case=blk_setup side=peer round=0 (nvme-rdma)"; return 1; }
+	rrbd=$(blkb_rrbd_up) || { bench_say "fail case=blk_setup side=ulp round=0 (rdma_rust_blk)"; blkb_nvme_down; return 1; }
+	bench_say "note blk: peer /dev/$nvme (nvmet-rdma, brd namespace, nvme-rdma host), ulp /dev/$rrbd; $BLKB_MB MiB each, $BLKB_QUEUES queues of depth $BLKB_DEPTH; fio $(/usr/bin/fio --version) libaio O_DIRECT"
+	blkb_compare "$nvme" "$rrbd"
 	blkb_rrbd_down
 	blkb_nvme_down
 	if wait_for 10 resources_but_pool_same_as /tmp/blkb-res; then

@@ -63,6 +63,7 @@ blk_bad_ctl() {
 		"connect addr=10.77.0.1 port=7400 name=vol0 queues=0" "connect addr=10.77.0.1 port=7400 name=vol0 queues=17" \
 		"connect addr=10.77.0.1 port=7400 name=vol0 depth=0" "connect addr=10.77.0.1 port=7400 name=vol0 depth=129" \
 		"connect addr=10.77.0.1 port=7400 name=vol0 zerocopy=2" "connect addr=10.77.0.1 port=7400 name=vol0 zerocopy=" \
+		"connect addr=10.77.0.1 port=7400 name=vol0 poll=direct" "connect addr=10.77.0.1 port=7400 name=vol0 poll=Softirq" \
 		"disconnect dev=rrbd9" "disconnect dev=sda" "disconnect" "export name=v size=1m addr=10.77.0.1 port=7401
 export name=w size=1m addr=10.77.0.1 port=7402" "export name=v size=1m addr=10.77.0.1 port=7401 $(printf '%600s' '')"; do
 		mark
@@ -423,8 +424,10 @@ blk_suite() {
 	check blk_mkfs_mount_fsck blk_fs
 	check blk_status_clean blk_clean
 	check blk_disconnect blk_disconnect
-	# With zerocopy=0: the same data through the bounce buffers.
-	check blk_connect_bounce blk_connect zerocopy=0
+	# With zerocopy=0: the same data through the bounce buffers; and the
+	# completions in softirq (nvme-rdma's context) rather than the workqueue.
+	check blk_connect_bounce blk_connect zerocopy=0 poll=softirq
+	check blk_softirq_shown blk_disk_has poll=softirq
 	check blk_4k_writes_copied blk_inline_writes inline_writes_copied inline_writes_lent
 	check blk_128k_io_bounced blk_large_io bounced_io registered_io
 	check blk_pattern_bounced blk_pattern
