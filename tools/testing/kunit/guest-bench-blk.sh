@@ -71,13 +71,17 @@ blkb_nvme_down() {
 	modprobe -r nvme-rdma nvmet-rdma brd
 }
 
+# blkb_rrbd_connect [KEY=VALUE...]: one more rdma_rust_blk disk on the bench
+# volume, with the bench's queues and depth, BLKB_CONNECT's keys and these.
+blkb_rrbd_connect() {
+	echo "connect addr=$BENCH_ADDR port=4421 name=bench queues=$BLKB_QUEUES depth=$BLKB_DEPTH$BLKB_CONNECT${*:+ $*}" \
+		> /sys/kernel/debug/rdma_rust_blk/ctl
+}
 # blkb_rrbd_up: rdma_rust_blk's target and initiator; prints the disk's name.
 blkb_rrbd_up() {
-	local c=/sys/kernel/debug/rdma_rust_blk/ctl
 	insmod /lib/modules/extra/rdma_rust_blk.ko || return 1
-	echo "export name=bench size=${BLKB_MB}m addr=$BENCH_ADDR port=4421" > $c &&
-		echo "connect addr=$BENCH_ADDR port=4421 name=bench queues=$BLKB_QUEUES depth=$BLKB_DEPTH$BLKB_CONNECT" > $c &&
-		[ -b /dev/rrbd0 ] && echo rrbd0
+	echo "export name=bench size=${BLKB_MB}m addr=$BENCH_ADDR port=4421" > /sys/kernel/debug/rdma_rust_blk/ctl &&
+		blkb_rrbd_connect && [ -b /dev/rrbd0 ] && echo rrbd0
 }
 blkb_rrbd_down() {
 	echo "disconnect dev=rrbd0" > /sys/kernel/debug/rdma_rust_blk/ctl
