@@ -374,14 +374,16 @@ fn parse(input: &[u8]) -> Result<Cmd> {
             // The block requests' own pages unless `zerocopy=0` asks for copies.
             let zerocopy = vals[5].is_none() || number(5, 0, 1)? == 1;
             let poll = match vals[6] {
-                None | Some(b"workqueue") => PollContext::Workqueue,
-                Some(b"softirq") => PollContext::Softirq,
-                Some(v) => {
-                    return Err(bad(format_args!(
-                        "poll={}: must be workqueue or softirq",
-                        Escaped(v)
-                    )))
-                }
+                None => PollContext::Workqueue,
+                Some(v) => match PollContext::from_name(v) {
+                    Some(p @ (PollContext::Workqueue | PollContext::Softirq)) => p,
+                    _ => {
+                        return Err(bad(format_args!(
+                            "poll={}: must be workqueue or softirq",
+                            Escaped(v)
+                        )))
+                    }
+                },
             };
             Cmd::Connect(ConnectSpec {
                 addr: addr(0, port)?,
@@ -571,11 +573,7 @@ fn status(s: &State, t: &mut impl core::fmt::Write) -> core::fmt::Result {
             sum.writes_copied,
             sum.registered,
             sum.bounced,
-            if c.poll == PollContext::Softirq {
-                "softirq"
-            } else {
-                "workqueue"
-            }
+            c.poll.name()
         )?;
         write!(t, "    per_queue_completed=")?;
         for (i, q) in c.queues.iter().enumerate() {

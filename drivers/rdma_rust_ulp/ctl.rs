@@ -127,15 +127,6 @@ impl Op {
     }
 }
 
-pub(crate) fn poll_name(p: PollContext) -> &'static str {
-    match p {
-        PollContext::Softirq => "softirq",
-        PollContext::Workqueue => "workqueue",
-        PollContext::UnboundWorkqueue => "unbound",
-        PollContext::Direct => "direct",
-    }
-}
-
 pub(crate) fn mode_name(m: QpType) -> &'static str {
     match m {
         QpType::Rc => "rc",
@@ -262,13 +253,9 @@ pub(crate) struct Defaults {
     pub(crate) poll: PollContext,
 }
 
+/// The poll context a run may ask for by name: any but the unbound workqueue.
 pub(crate) fn parse_poll(v: &[u8]) -> Option<PollContext> {
-    Some(match v {
-        b"softirq" => PollContext::Softirq,
-        b"workqueue" => PollContext::Workqueue,
-        b"direct" => PollContext::Direct,
-        _ => return None,
-    })
+    PollContext::from_name(v).filter(|p| *p != PollContext::UnboundWorkqueue)
 }
 
 fn bad(what: core::fmt::Arguments<'_>) -> Error {

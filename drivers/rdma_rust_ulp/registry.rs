@@ -343,7 +343,7 @@ impl Ulp {
                 spec.size,
                 spec.count,
                 spec.depth,
-                ctl::poll_name(spec.poll),
+                spec.poll.name(),
                 u8::from(spec.validate),
                 spec.fault.shown(),
             ),
@@ -355,7 +355,7 @@ impl Ulp {
                 spec.op.name(),
                 spec.size,
                 spec.count,
-                ctl::poll_name(spec.poll),
+                spec.poll.name(),
                 u8::from(spec.validate)
             ),
         }
@@ -465,7 +465,7 @@ pub(crate) fn stats_text(u: &Ulp, t: &mut impl core::fmt::Write) -> core::fmt::R
                 r.spec.size,
                 r.spec.count,
                 r.spec.depth,
-                ctl::poll_name(r.spec.poll),
+                r.spec.poll.name(),
                 u8::from(r.spec.validate),
                 state,
                 S::get(&s.messages),

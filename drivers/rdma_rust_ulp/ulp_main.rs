@@ -99,7 +99,7 @@ impl kernel::Module for RustUlp {
         pr_info!(
             "loaded (default_depth={} default_poll={} max_runs={})\n",
             defaults.depth,
-            ctl::poll_name(defaults.poll),
+            defaults.poll.name(),
             max_runs
         );
         Ok(RustUlp {

@@ -57,6 +57,41 @@ pub enum PollContext {
 }
 
 impl PollContext {
+    /// Every context with its name in control strings and status lines, one table for both
+    /// directions.
+    const NAMES: [(Self, &'static str); 4] = [
+        (Self::Softirq, "softirq"),
+        (Self::Workqueue, "workqueue"),
+        (Self::UnboundWorkqueue, "unbound"),
+        (Self::Direct, "direct"),
+    ];
+
+    /// The context's name: `softirq`, `workqueue`, `unbound` or `direct`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::cq::PollContext;
+    ///
+    /// assert_eq!(PollContext::Workqueue.name(), "workqueue");
+    /// assert_eq!(PollContext::from_name(b"softirq"), Some(PollContext::Softirq));
+    /// assert_eq!(PollContext::from_name(b"Softirq"), None);
+    /// ```
+    pub fn name(self) -> &'static str {
+        Self::NAMES
+            .iter()
+            .find(|(p, _)| *p == self)
+            .map_or("", |(_, n)| n)
+    }
+
+    /// The context called `name` (see [`PollContext::name`]), if any: for control strings.
+    pub fn from_name(name: &[u8]) -> Option<Self> {
+        Self::NAMES
+            .iter()
+            .find(|(_, n)| n.as_bytes() == name)
+            .map(|(p, _)| *p)
+    }
+
     fn to_raw(self) -> bindings::ib_poll_context {
         match self {
             Self::Softirq => bindings::ib_poll_context_IB_POLL_SOFTIRQ,

@@ -51,6 +51,7 @@ bad_ctl() {
 		"start dev=rxe0 depth=0" "start dev=rxe0 depth=5000" "start dev=rxe0 count=0" \
 		"start dev=rxe0 count=99999999999" "start dev=rxe0 validate=2" \
 		"start dev=rxe0 frob=1" "start dev=rxe0 size" "start dev=rxe0 poll=irq" \
+		"start dev=rxe0 poll=unbound" "start dev=rxe0 poll=Softirq" \
 		"start dev=rxe0 mode=ud size=4096" "start dev=rxe0 mode=ud op=write" \
 		"start dev=rxe0 size=4 validate=1" \
 		"start dev=rxe0 pool=1 poll=direct" "start dev=rxe0 pool=2" \
