@@ -329,7 +329,7 @@ blk_io_fails() {
 		{ kill $blk_io_pids; echo "I/O did not fail within 30 s (reader: $(cat /tmp/io-reader 2> /dev/null), writer: $(cat /tmp/io-writer 2> /dev/null))"; return 1; }
 	echo "the reader and the writer failed within $(( $(uptime_ms) - t0 )) ms of '$*'"
 	kmsg "rdmatest: rrbd0 I/O failed $(( $(uptime_ms) - t0 )) ms after '$*'"
-	[ ! -e /dev/rrbd0 ] || ! timeout 5 dd if=/dev/rrbd0 of=/dev/null bs=4k count=1 iflag=direct 2> /dev/null
+	[ ! -e /dev/rrbd0 ] || fails_by_itself 5 dd if=/dev/rrbd0 of=/dev/null bs=4k count=1 iflag=direct 2> /dev/null
 }
 # blk_target_qp_fails: vol0 exported again and an idle rrbd0 connected to it;
 # `fail name=vol0` forces the target's QPs into the error state with no
@@ -350,8 +350,8 @@ blk_target_qp_fails() {
 		{ echo "the idle disk was not failed"; cat $BLK/status; since_mark | tail -n 5; return 1; }
 	[ "$(since_mark | grep -c "export vol0: a command's receive was flushed: the QP failed without an error of its own: connection ended")" = 2 ] ||
 		{ echo "the target did not end both connections, saying why"; since_mark | tail -n 8; return 1; }
-	! timeout 5 dd if=/dev/rrbd0 of=/dev/null bs=4k count=1 iflag=direct 2> /dev/null ||
-		{ echo "the failed disk answered a read"; return 1; }
+	fails_by_itself 5 dd if=/dev/rrbd0 of=/dev/null bs=4k count=1 iflag=direct 2> /dev/null ||
+		{ echo "the failed disk answered a read, or did not answer within 5 s"; return 1; }
 	# The target's sessions end with the initiator's answer to their DREQs,
 	# given when they arrive, while the failed disk stays until disconnect.
 	wait_for 10 blk_target_connections 0 ||

@@ -96,6 +96,16 @@ wait_for() {
 	done
 	return 1
 }
+# fails_by_itself SECONDS COMMAND...: true only if COMMAND fails of its own
+# within SECONDS: not if it succeeds, not if it hangs (busybox's timeout exits
+# 143, SIGTERM's status, when it has to kill it; not 124 as GNU's does).
+fails_by_itself() {
+	local secs=$1 rc
+	shift
+	timeout "$secs" "$@"
+	rc=$?
+	[ $rc != 0 ] && [ $rc != 143 ]
+}
 port_active() { rdma link show "$1/1" | grep -q 'state ACTIVE'; }
 add_rxe() {
 	local t0=$(uptime_ms)
