@@ -57,16 +57,16 @@ pub enum PollContext {
 }
 
 impl PollContext {
-    /// Every context with its name in control strings and status lines, one table for both
-    /// directions.
-    const NAMES: [(Self, &'static str); 4] = [
-        (Self::Softirq, "softirq"),
-        (Self::Workqueue, "workqueue"),
-        (Self::UnboundWorkqueue, "unbound"),
-        (Self::Direct, "direct"),
+    /// Every context, for [`PollContext::from_name`].
+    const ALL: [Self; 4] = [
+        Self::Softirq,
+        Self::Workqueue,
+        Self::UnboundWorkqueue,
+        Self::Direct,
     ];
 
-    /// The context's name: `softirq`, `workqueue`, `unbound` or `direct`.
+    /// The context's name in control strings and status lines: `softirq`, `workqueue`,
+    /// `unbound` or `direct`.
     ///
     /// # Examples
     ///
@@ -78,18 +78,17 @@ impl PollContext {
     /// assert_eq!(PollContext::from_name(b"Softirq"), None);
     /// ```
     pub fn name(self) -> &'static str {
-        Self::NAMES
-            .iter()
-            .find(|(p, _)| *p == self)
-            .map_or("", |(_, n)| n)
+        match self {
+            Self::Softirq => "softirq",
+            Self::Workqueue => "workqueue",
+            Self::UnboundWorkqueue => "unbound",
+            Self::Direct => "direct",
+        }
     }
 
     /// The context called `name` (see [`PollContext::name`]), if any: for control strings.
     pub fn from_name(name: &[u8]) -> Option<Self> {
-        Self::NAMES
-            .iter()
-            .find(|(_, n)| n.as_bytes() == name)
-            .map(|(p, _)| *p)
+        Self::ALL.into_iter().find(|p| p.name().as_bytes() == name)
     }
 
     fn to_raw(self) -> bindings::ib_poll_context {

@@ -63,7 +63,8 @@ blk_bad_ctl() {
 		"connect addr=10.77.0.1 port=7400 name=vol0 queues=0" "connect addr=10.77.0.1 port=7400 name=vol0 queues=17" \
 		"connect addr=10.77.0.1 port=7400 name=vol0 depth=0" "connect addr=10.77.0.1 port=7400 name=vol0 depth=129" \
 		"connect addr=10.77.0.1 port=7400 name=vol0 zerocopy=2" "connect addr=10.77.0.1 port=7400 name=vol0 zerocopy=" \
-		"connect addr=10.77.0.1 port=7400 name=vol0 poll=direct" "connect addr=10.77.0.1 port=7400 name=vol0 poll=Softirq" \
+		"connect addr=10.77.0.1 port=7400 name=vol0 poll=direct" "connect addr=10.77.0.1 port=7400 name=vol0 poll=unbound" \
+		"connect addr=10.77.0.1 port=7400 name=vol0 poll=Softirq" \
 		"disconnect dev=rrbd9" "disconnect dev=sda" "disconnect" "export name=v size=1m addr=10.77.0.1 port=7401
 export name=w size=1m addr=10.77.0.1 port=7402" "export name=v size=1m addr=10.77.0.1 port=7401 $(printf '%600s' '')"; do
 		mark
