@@ -135,7 +135,8 @@ blkb_check() {
 }
 
 # blkb_script_cases DEFAULT ROUNDS FUNC: the loop of the scripts of one's own
-# that look into both disks (script-blk-profile.sh, script-blk-trace.sh): both
+# that look into both disks (script-blk-profile.sh, script-blk-trace.sh,
+# script-blk-switch.sh): both
 # disks up, perf allowed to see the kernel, then for each case of
 # rdmatest.prof (`BENCH_PROF=RW:QD:BS,...`; DEFAULT if none) and ROUNDS
 # rounds of nvme-rdma's disk then rdma_rust_blk's, FUNC RW QD BS SIDE DEV;

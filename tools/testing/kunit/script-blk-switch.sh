@@ -10,8 +10,9 @@
 #
 # For 4 KiB random writes at depth 32 (or the cases of `BENCH_PROF=RW:QD:BS,...`),
 # fio runs 6 s on nvme-rdma's disk, then on rdma_rust_blk's, three rounds,
-# under `perf record -a` of the scheduler's switches and wake-ups and the
-# softirqs run. The console gets, per run (the `SWITCH` sections of the bench
+# under `perf record -a` of the scheduler's switches and wake-ups (the
+# `sched_waking` event, in the waker's context: `sched_wakeup` may fire on the
+# woken task's CPU, in whatever ran there) and the softirqs run. The console gets, per run (the `SWITCH` sections of the bench
 # log), the context switches per I/O, then per I/O each kind that reached
 # 0.01: `PREV -> NEXT` switches, `wake TASK by WAKER` and `softirq NAME`.
 # Tasks are named by their command without digits (`kworker/u:-rx` is one of
@@ -31,7 +32,7 @@ sw_count() {
 			n = $0; sub(/.*next_comm=/, "", n); sub(/ next_pid=.*/, "", n)
 			k[task(p) " -> " task(n)]++; all++
 		}
-		$0 ~ /sched:sched_wakeup:/ {
+		$0 ~ /sched:sched_waking:/ {
 			t = $0; sub(/.*comm=/, "", t); sub(/ pid=.*/, "", t)
 			k["wake " task(t) " by " task($1)]++
 		}
@@ -42,21 +43,27 @@ sw_count() {
 		END {
 			if (ios <= 0) { print "no I/O counted"; exit }
 			printf "switches %.3f per I/O\n", all / ios
-			for (x in k) if (k[x] / ios >= 0.01) printf "%6.3f  %s\n", k[x] / ios, x
+			fflush()
+			for (x in k) if (k[x] / ios >= 0.01) printf "%6.3f  %s\n", k[x] / ios, x | "sort -k2"
+			close("sort -k2")
 		}'
 }
 # sw_one RW QD BS SIDE DEV: one traced run and its counts.
 sw_one() {
 	local rw=$1 qd=$2 bs=$3 side=$4 d=$5 data=/tmp/perf.sw ios
+	rm -f /tmp/fio.out
 	blkb_perf_fio $data "$d" "$rw" "$bs" "$qd" $SW_SECS \
-		-e sched:sched_switch -e sched:sched_wakeup -e irq:softirq_entry ||
+		-e sched:sched_switch -e sched:sched_waking -e irq:softirq_entry || {
 		bench_say "fail case=switch_${rw}_qd$qd side=$side round=0"
+		rm -f $data
+		return
+	}
 	ios=$(grep -o 'issued rwts: total=[0-9]*,[0-9]*' /tmp/fio.out | tr -dc '0-9,' |
 		awk -F, '{ print $1 + $2 }')
 	{
 		echo "=== SWITCH $rw $bs QD$qd $side /dev/$d: $(grep -o 'IOPS=[^,]*' /tmp/fio.out) ios=$ios"
 		/usr/bin/perf script -i $data -F comm,cpu,event,trace 2> /dev/null |
-			sw_count "${ios:-0}" | sort -k2
+			sw_count "${ios:-0}"
 	} > /dev/console
 	rm -f $data
 }
