@@ -161,12 +161,7 @@ impl Attached for Waiter {
                 if s.conn.to_hang_up() {
                     // The DREQ tells the client; the Disconnected event that follows frees
                     // the session, as when a client hangs up.
-                    if let Err(e) = s.id.disconnect() {
-                        pr_warn!(
-                            "cm: cannot disconnect {} after its error: {e:?}\n",
-                            Show(s.id.peer_addr())
-                        );
-                    }
+                    let _ = s.id.disconnect();
                 } else {
                     s.conn.tick();
                 }
@@ -226,9 +221,6 @@ impl Handler for Ev {
             }
             Event::ConnectRequest(req) => self.request(req),
             Event::Established { ud, .. } => {
-                if let Some(conn) = &self.conn {
-                    conn.set_established();
-                }
                 if ud.map_or(true, |ud| self.take_ud(&ud)) {
                     self.waiter.set_step(Step::Established);
                 }

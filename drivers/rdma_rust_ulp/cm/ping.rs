@@ -169,9 +169,6 @@ pub(super) struct Conn {
     size: usize,
     /// Set once the connection stops for good.
     ended: AtomicBool,
-    /// Set when a server's connection is established: from then on its id can be
-    /// disconnected (before, the CM has no connection to end and sends nothing).
-    established: AtomicBool,
     /// Set once a server's connection that failed has been handed to the watchdog to hang up
     /// ([`Conn::to_hang_up`]).
     hung_up: AtomicBool,
@@ -218,7 +215,6 @@ impl Conn {
                 server,
                 size,
                 ended: AtomicBool::new(false),
-                established: AtomicBool::new(false),
                 hung_up: AtomicBool::new(false),
                 qp <- new_spinlock_bh!(None, "rdma_rust_ulp_cm_qp"),
                 probe <- new_spinlock_bh!(None, "rdma_rust_ulp_cm_probe"),
@@ -402,24 +398,14 @@ impl Conn {
         self.ended.store(true, Ordering::Release);
     }
 
-    /// The server's id reported the connection established (its CM event handler).
-    pub(super) fn set_established(&self) {
-        self.established.store(true, Ordering::Release);
-    }
-
-    /// Whether a server's established connection has ended while its session stands, the
-    /// first time it is asked. A session leaves its run when its id is disconnected, so one
-    /// that has ended without that failed: an error of its own (a request in error, a
-    /// keep-alive to a client that is gone) or a client breaking the protocol. The watchdog
-    /// then disconnects it (process context), and its client learns of it at once, not when
-    /// the run stops (a client that is gone never answers: the CM gives up on the DREQ after
-    /// its retries, and the Disconnected event frees the session then). A connection that
-    /// fails before the server has seen it established (a client's first message can come
-    /// before the server's id is told) waits for that event.
+    /// Whether a server's connection has ended while its session stands, the first time it
+    /// is asked. A session leaves its run when its id is disconnected, so one that has ended
+    /// without that failed (an error of its own, a client breaking the protocol): the
+    /// watchdog then disconnects it (process context), and its client learns of it at once,
+    /// not when the run stops.
     pub(super) fn to_hang_up(&self) -> bool {
         self.server
             && self.ended.load(Ordering::Acquire)
-            && self.established.load(Ordering::Acquire)
             && !self.hung_up.swap(true, Ordering::AcqRel)
     }
 

@@ -549,7 +549,7 @@ ulp_cm_failed_session() {
 	timeout 20 rping -c -a 10.77.0.1 -p 7210 -S 4096 -C 1 > /tmp/rping-big 2>&1
 	rc=$? secs=$(($(date +%s) - t0))
 	rping_log /tmp/rping-big "rping -c -a 10.77.0.1 -p 7210 -S 4096 -C 1 (exit $rc, $secs s)"
-	# Without the server's disconnect rping waits until `timeout` kills it.
+	# Killed by `timeout` (busybox's exits 143) if nobody told it.
 	[ $secs -lt 10 ] || { ulp_ctl stop id="$sid"; echo "rping still waited after $secs s"; return 1; }
 	since_mark_has "run $sid: the client advertised 4096 bytes (this server takes 1..=1024)" ||
 		{ since_mark; ulp_ctl stop id="$sid"; return 1; }
