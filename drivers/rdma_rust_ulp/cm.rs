@@ -158,13 +158,7 @@ impl Attached for Waiter {
                 c.tick();
             }
             for s in l.sessions.iter() {
-                if s.conn.to_hang_up() {
-                    // The DREQ tells the client; the Disconnected event that follows frees
-                    // the session, as when a client hangs up.
-                    let _ = s.id.disconnect();
-                } else {
-                    s.conn.tick();
-                }
+                s.conn.tick();
             }
         });
     }

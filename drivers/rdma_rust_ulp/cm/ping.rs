@@ -169,9 +169,6 @@ pub(super) struct Conn {
     size: usize,
     /// Set once the connection stops for good.
     ended: AtomicBool,
-    /// Set once a server's connection that failed has been handed to the watchdog to hang up
-    /// ([`Conn::to_hang_up`]).
-    hung_up: AtomicBool,
     #[pin]
     qp: SpinLockBh<Option<Arc<Qp<Rts>>>>,
     #[pin]
@@ -215,7 +212,6 @@ impl Conn {
                 server,
                 size,
                 ended: AtomicBool::new(false),
-                hung_up: AtomicBool::new(false),
                 qp <- new_spinlock_bh!(None, "rdma_rust_ulp_cm_qp"),
                 probe <- new_spinlock_bh!(None, "rdma_rust_ulp_cm_probe"),
                 seen: AtomicU64::new(0),
@@ -396,17 +392,6 @@ impl Conn {
     /// context), so that the flushes that follow are not taken for a failure.
     pub(super) fn closing(&self) {
         self.ended.store(true, Ordering::Release);
-    }
-
-    /// Whether a server's connection has ended while its session stands, the first time it
-    /// is asked. A session leaves its run when its id is disconnected, so one that has ended
-    /// without that failed (an error of its own, a client breaking the protocol): the
-    /// watchdog then disconnects it (process context), and its client learns of it at once,
-    /// not when the run stops.
-    pub(super) fn to_hang_up(&self) -> bool {
-        self.server
-            && self.ended.load(Ordering::Acquire)
-            && !self.hung_up.swap(true, Ordering::AcqRel)
     }
 
     /// Stops the connection; a client's run ends with it.
