@@ -12,9 +12,10 @@
 # fio runs 6 s on nvme-rdma's disk, then on rdma_rust_blk's, three rounds,
 # under `perf record -a` of the scheduler's switches and wake-ups (the
 # `sched_waking` event, in the waker's context: `sched_wakeup` may fire on the
-# woken task's CPU, in whatever ran there) and the softirqs run. The console gets, per run (the `SWITCH` sections of the bench
-# log), the context switches per I/O, then per I/O each kind that reached
-# 0.01: `PREV -> NEXT` switches, `wake TASK by WAKER` and `softirq NAME`.
+# woken task's CPU, in whatever ran there) and the softirqs run. The console
+# gets, per run (the `SWITCH` sections of the bench log), the context
+# switches per I/O, then per I/O each kind that reached 0.01: `PREV -> NEXT`
+# switches, `wake TASK by WAKER` and `softirq NAME`.
 # Tasks are named by their command without digits (`kworker/u:-rx` is one of
 # rxe's unbound kworkers, `kworker/:H` a per-CPU high-priority one: the
 # core's completion workqueue; a kworker's name is that of the last
