@@ -18,8 +18,9 @@
 //!   bounce buffers); completions run in the high-priority completion workqueue, or with
 //!   `poll=softirq` in softirq;
 //! - `disconnect dev=rrbdN`: removes the disk and ends its connections;
-//! - `probe addr=IP port=N name=NAME op=N sector=N len=N [tag=N] [inline=N]`: sends one raw
-//!   command to a target and logs what it did (see [`probe`]), for testing targets.
+//! - `probe addr=IP port=N name=NAME op=N sector=N len=N [tag=N] [inline=N] [imm=N]`: sends one
+//!   raw command (or with `imm`, a block write) to a target and logs what it did (see
+//!   [`probe`]), for testing targets.
 //!
 //! `status` lists the volumes and disks. A malformed command is refused with `EINVAL` and a
 //! message, and changes nothing. When an RDMA device goes away (`rdma link delete`), the
@@ -272,7 +273,7 @@ fn parse(input: &[u8]) -> Result<Cmd> {
         ],
         b"disconnect" => &[b"dev"],
         b"probe" => &[
-            b"addr", b"port", b"name", b"op", b"sector", b"len", b"tag", b"inline",
+            b"addr", b"port", b"name", b"op", b"sector", b"len", b"tag", b"inline", b"imm",
         ],
         _ => {
             return Err(bad(format_args!(
@@ -281,7 +282,7 @@ fn parse(input: &[u8]) -> Result<Cmd> {
             )))
         }
     };
-    let mut vals: [Option<&[u8]>; 8] = [None; 8];
+    let mut vals: [Option<&[u8]>; 9] = [None; 9];
     for w in words {
         let eq = w
             .iter()
@@ -417,6 +418,10 @@ fn parse(input: &[u8]) -> Result<Cmd> {
                 len: number(5, 0, u64::from(u32::MAX))? as u32,
                 tag: optional(6, u64::from(u16::MAX))? as u16,
                 inline: optional(7, u64::from(INLINE_MAX))? as usize,
+                imm: match vals[8] {
+                    Some(_) => Some(number(8, 0, u64::from(u32::MAX))? as u32),
+                    None => None,
+                },
             })
         }
         _ => {
@@ -556,7 +561,7 @@ fn status(s: &State, t: &mut impl core::fmt::Write) -> core::fmt::Result {
         }
         writeln!(
             t,
-            "  rrbd{} name={} target={} dev={} queues={} capacity={} block={} state={} in_flight={} completed={} errors={} timeouts={} inline_writes_lent={} inline_writes_copied={} registered_io={} bounced_io={} poll={}",
+            "  rrbd{} name={} target={} dev={} queues={} capacity={} block={} state={} in_flight={} completed={} errors={} timeouts={} inline_writes_lent={} inline_writes_copied={} block_writes={} registered_io={} bounced_io={} poll={}",
             d.index,
             c.name,
             c.addr,
@@ -571,6 +576,7 @@ fn status(s: &State, t: &mut impl core::fmt::Write) -> core::fmt::Result {
             c.timeouts.load(Relaxed),
             sum.writes_lent,
             sum.writes_copied,
+            sum.block_writes,
             sum.registered,
             sum.bounced,
             c.poll.name()

@@ -317,6 +317,7 @@ pub(crate) fn connect_queue(spec: &ConnectSpec, index: u16) -> Result<(Arc<IoQue
             qp,
             spec.depth,
             welcome.inline_max.min(INLINE_MAX),
+            welcome.block_size,
             // The SEND's other entries, for an inline write's pages (none: copied).
             if spec.zerocopy {
                 send_sge as usize - 1

@@ -23,6 +23,13 @@
 //! successful answer ([`Opcode::ReadInline`]). No memory registration, no RDMA READ or WRITE,
 //! no invalidation: for a 4 KiB I/O that is most of its cost on soft-RoCE.
 //!
+//! A write of exactly one block, at a block index below 2^24 ([`BLOCK_WRITE_BLOCKS`]), may come
+//! with no command at all: its data alone in a SEND with immediate data, the immediate (32
+//! bits) holding the tag in its top 8 bits and the block index below them
+//! ([`Command::block_write_imm`]). It stands for the inline write of that block and is
+//! answered as one. Four KiB of data and a 32-byte command are five packets at soft-RoCE's MTU
+//! of 1,024 bytes; the data alone is four.
+//!
 //! Every message from a peer is checked here before anything acts on it: a malformed one is an
 //! `EPROTO` (the connection is ended) or, for a well-formed command the target cannot honour,
 //! an error answer.
@@ -32,7 +39,7 @@ use kernel::prelude::*;
 /// The protocol's magic, first in every private data.
 pub(crate) const MAGIC: [u8; 4] = *b"RRBD";
 /// The protocol version this module speaks.
-pub(crate) const VERSION: u16 = 2;
+pub(crate) const VERSION: u16 = 3;
 /// Longest volume name, in bytes.
 pub(crate) const NAME_MAX: usize = 32;
 /// Bytes per sector, the unit of [`Command::sector`].
@@ -50,6 +57,8 @@ pub(crate) const INLINE_MAX: u32 = 4096;
 pub(crate) const CMD_LEN: usize = 32;
 /// Size of a [`Response`].
 pub(crate) const RESP_LEN: usize = 16;
+/// Block indexes a block write's immediate can name (24 bits; the tag has the other 8).
+pub(crate) const BLOCK_WRITE_BLOCKS: u64 = 1 << 24;
 const HELLO_LEN: usize = 44;
 const WELCOME_LEN: usize = 28;
 
@@ -322,6 +331,35 @@ impl Command {
             return Err(EPROTO);
         }
         Ok((cmd, data))
+    }
+
+    /// The immediate data of a block write standing for an inline write of `len` bytes at
+    /// `sector` on `tag`, to a volume of blocks of `block` bytes; `None` unless that is exactly
+    /// one whole block whose index and tag fit (the write then goes with its command).
+    pub(crate) fn block_write_imm(tag: u16, sector: u64, len: u32, block: u32) -> Option<u32> {
+        let per_block = u64::from(block) / SECTOR;
+        if len != block || per_block == 0 || sector % per_block != 0 || tag > 0xff {
+            return None;
+        }
+        let index = sector / per_block;
+        (index < BLOCK_WRITE_BLOCKS).then_some((u32::from(tag) << 24) | index as u32)
+    }
+
+    /// The inline write a block write stands for: its immediate data, and how many bytes it
+    /// carried (`EPROTO` unless exactly one block of `block` bytes). Whether the block lies in
+    /// the volume is the target's to check ([`Command::range`]).
+    pub(crate) fn from_block_write(imm: u32, data_len: usize, block: u32) -> Result<Self> {
+        if data_len != block as usize {
+            return Err(EPROTO);
+        }
+        Ok(Self {
+            op: Opcode::WriteInline,
+            tag: (imm >> 24) as u16,
+            len: block,
+            sector: u64::from(imm & 0xff_ffff) * (u64::from(block) / SECTOR),
+            addr: 0,
+            rkey: 0,
+        })
     }
 
     /// Whether the command names a buffer of the initiator (its answer then revokes `rkey`).

@@ -26,7 +26,9 @@
 //! device ([`DmaLent`], which holds a reference to the request) and gathered after the
 //! command, and the request cannot end before the SEND has come back and unmapped them (ending
 //! needs the only reference). So a queue that fails ends such a request when its SEND comes
-//! back flushed, not at once ([`IoQueue::end_failed`]). A read's data comes after its answer
+//! back flushed, not at once ([`IoQueue::end_failed`]). A write of one block leaves the command
+//! out: its SEND carries the data alone, the tag and block index in its immediate data (a
+//! block write, see `proto.rs`). A read's data comes after its answer
 //! and is copied into the block request's pages when the answer lands, before its receive
 //! buffer is posted again.
 //!
@@ -94,6 +96,8 @@ pub(crate) struct IoQueue {
     dead: AtomicBool,
     /// Largest I/O sent with its data inline (the target's offer, within [`INLINE_MAX`]).
     inline_max: u32,
+    /// The volume's block size: a write of one block goes as a block write.
+    block: u32,
     /// Most segments of an inline write's pages that its SEND gathers after the command (a
     /// write with more is copied into the command's buffer).
     lend_max: usize,
@@ -124,6 +128,8 @@ pub(crate) struct QueueStats {
     /// Inline writes sent from the block request's pages, and copied (too many segments).
     pub(crate) writes_lent: u64,
     pub(crate) writes_copied: u64,
+    /// Of those, writes sent as block writes (the data alone, the command in the immediate).
+    pub(crate) block_writes: u64,
     /// I/Os above the inline size whose pages were registered for the target, and copied
     /// through the bounce buffer (pages the MR cannot map).
     pub(crate) registered: u64,
@@ -137,6 +143,7 @@ impl QueueStats {
         self.errors += other.errors;
         self.writes_lent += other.writes_lent;
         self.writes_copied += other.writes_copied;
+        self.block_writes += other.block_writes;
         self.registered += other.registered;
         self.bounced += other.bounced;
     }
@@ -322,6 +329,7 @@ impl IoQueue {
         qp: Arc<Qp<Rts>>,
         depth: u16,
         inline_max: u32,
+        block: u32,
         lend_max: usize,
     ) -> impl PinInit<Self, Error> {
         try_pin_init!(IoQueue {
@@ -330,6 +338,7 @@ impl IoQueue {
             slots: Self::new_slots(depth)?,
             dead: AtomicBool::new(false),
             inline_max,
+            block,
             lend_max,
             id <- new_mutex!(None, "rdma_rust_blk_queue_id"),
             errors: AtomicU64::new(0),
@@ -529,6 +538,12 @@ impl IoQueue {
         }
         .encode(io.cmd.as_mut_slice());
         let (direct, lent) = (io.direct, io.lent.is_lent());
+        // A write of one block goes as a block write: its data alone, in fewer packets.
+        let block_imm = if op == Opcode::WriteInline {
+            Command::block_write_imm(tag as u16, rq.sector(), len, self.block)
+        } else {
+            None
+        };
         if let Some(e) = failed {
             io.unlend();
             let late = slot.lock().put_back(wr);
@@ -564,14 +579,28 @@ impl IoQueue {
                 _ if data => c.bounced += 1,
                 _ => {}
             }
+            if block_imm.is_some() {
+                c.block_writes += 1;
+            }
         }
         let posted = self.qp.post_send(wr, |io, ops| {
             if let Some(r) = io.named() {
                 ops.reg_mr(r, access)?;
             }
-            ops.send(&io.cmd, 0..sent)?;
-            if io.lent.is_lent() {
-                ops.gather(&io.lent, 0..io.lent.len())?;
+            match block_imm {
+                Some(imm) if io.lent.is_lent() => {
+                    ops.send_imm(&io.lent, 0..io.lent.len(), imm)?;
+                }
+                // Copied behind the command.
+                Some(imm) => {
+                    ops.send_imm(&io.cmd, CMD_LEN..sent, imm)?;
+                }
+                None => {
+                    ops.send(&io.cmd, 0..sent)?;
+                    if io.lent.is_lent() {
+                        ops.gather(&io.lent, 0..io.lent.len())?;
+                    }
+                }
             }
             Ok(())
         });

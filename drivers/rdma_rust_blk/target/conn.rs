@@ -14,8 +14,8 @@
 //! the volume and the response goes back in a SEND with invalidate of the initiator's rkey. A
 //! read: the volume's bytes into the staging pages, then RDMA WRITE and the response in one
 //! post. An inline write's data goes into the volume from the receive buffer it landed in,
-//! before that buffer is posted again; an inline read's data follows the response in its
-//! SEND. A command the target cannot honour (out of the volume, bad length) is answered with
+//! before that buffer is posted again (a block write's too: the same write, its command in the
+//! receive's immediate data); an inline read's data follows the response in its SEND. A command the target cannot honour (out of the volume, bad length) is answered with
 //! an error; a message that is not a command ends the connection.
 
 use super::{Export, TgtEv, BLOCK, IO_PAGES};
@@ -318,13 +318,17 @@ impl TgtConn {
 
     /// Puts an inline write's data into the volume, from the receive buffer it landed in: the
     /// command may wait for an answer, the buffer may not. A command out of the volume stores
-    /// nothing (its answer is an error); `Err` only if the volume failed, which ends the
-    /// connection.
+    /// nothing (its answer is an error), nor does one whose tag is over the depth (which ends
+    /// the connection, see [`TgtConn::execute`]); `Err` only if the volume failed, which ends
+    /// the connection.
     fn store_inline(&self, cmd: &Command, data: &[u8]) -> Result {
+        if cmd.op != Opcode::WriteInline || cmd.tag >= self.depth {
+            return Ok(());
+        }
         let volume = &self.export.volume;
         match cmd.range(volume.size, BLOCK) {
-            Ok(range) if cmd.op == Opcode::WriteInline => volume.store(range.start, data),
-            _ => Ok(()),
+            Ok(range) => volume.store(range.start, data),
+            Err(_) => Ok(()),
         }
     }
 
@@ -559,8 +563,14 @@ impl Completion for CmdBuf {
             return;
         }
         let n = wc.byte_len() as usize;
+        // A message with immediate data is a block write: the data alone, the command in the
+        // immediate.
         let cmd = match wr.data_mut().buf.as_slice().get(..n) {
-            Some(b) => Command::decode(b).and_then(|(cmd, data)| {
+            Some(b) => match wc.imm_data() {
+                Some(imm) => Command::from_block_write(imm, n, BLOCK).map(|cmd| (cmd, b)),
+                None => Command::decode(b),
+            }
+            .and_then(|(cmd, data)| {
                 conn.store_inline(&cmd, data)?;
                 Ok(cmd)
             }),

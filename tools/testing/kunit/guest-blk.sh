@@ -166,6 +166,15 @@ blk_counted_io() {
 # command, `zerocopy=0`).
 blk_inline_writes() { blk_counted_io 4k 32 77 32 "$@"; }
 
+# blk_block_writes LARGE: 32 writes of one 4 KiB block all go as block writes
+# (the data alone, the command in the SEND's immediate data) and move no
+# buffer; 8 writes of 8 KiB (two blocks) do not, and count in LARGE:
+# registered_io (the default) or bounced_io (`zerocopy=0`).
+blk_block_writes() {
+	blk_counted_io 4k 32 101 32 block_writes "$1" &&
+		blk_counted_io 8k 8 70 16 "$1" block_writes
+}
+
 # blk_large_io FIELD OTHER: 8 writes and reads of 128 KiB, all 16 counted in
 # FIELD: registered_io (the block requests' own pages registered for the
 # target, the default) or bounced_io (copied through the bounce buffers,
@@ -189,9 +198,11 @@ blk_probe() {
 # straddling it, a sector whose byte offset overflows), misaligned, of a bad
 # length (a discard over 8 MiB too), or of a kind that takes no length, are
 # answered -EINVAL (-22), and
-# the connection stays; a message that is not a command (an unknown opcode, an
+# the connection stays, as is a block write (data in a SEND with immediate)
+# past the volume's end; a message that is not a command (an unknown opcode, an
 # inline write whose data is shorter than its length, data after a command that
-# has none, a tag over the depth) ends the connection at once. The volume is
+# has none, a tag over the depth, a block write that is not one block or names
+# a tag over the depth) ends the connection at once. The volume is
 # untouched (its checksum is the same after), the disk still works, and the
 # target is back to the disk's two connections.
 blk_hostile() {
@@ -219,6 +230,11 @@ blk_hostile() {
 	op=6 sector=0 len=4096 inline=100|the target ended the connection
 	op=5 sector=0 len=4096 inline=4|the target ended the connection
 	op=1 sector=0 len=4096 tag=1|the target ended the connection
+	op=6 sector=0 len=4096 inline=4096 tag=1|the target ended the connection
+	op=0 sector=0 len=0 inline=4096 imm=$((last / 8))|answered -22
+	op=0 sector=0 len=0 inline=4096 imm=16777215|answered -22
+	op=0 sector=0 len=0 inline=100 imm=0|the target ended the connection
+	op=0 sector=0 len=0 inline=4096 imm=$((1 << 24))|the target ended the connection
 	EOF
 	after=$(dd_md5 if=/dev/rrbd0 bs=1M iflag=direct) || { echo "the disk no longer reads: $after"; return 1; }
 	[ "$after" = "$before" ] || { echo "the volume changed: $before, then $after"; bad=1; }
@@ -418,6 +434,7 @@ blk_suite() {
 	check blk_random_4k_qd1 blk_random 1 64
 	check blk_random_4k_qd8 blk_random 8 24
 	check blk_4k_writes_lent blk_inline_writes inline_writes_lent inline_writes_copied
+	check blk_4k_block_writes blk_block_writes registered_io
 	check blk_128k_io_registered blk_large_io registered_io bounced_io
 	check blk_two_hw_queues blk_queues
 	check blk_hostile_initiator blk_hostile
@@ -430,6 +447,7 @@ blk_suite() {
 	check blk_connect_bounce blk_connect zerocopy=0 poll=softirq
 	check blk_softirq_shown blk_disk_has poll=softirq
 	check blk_4k_writes_copied blk_inline_writes inline_writes_copied inline_writes_lent
+	check blk_4k_block_writes_copied blk_block_writes bounced_io
 	check blk_128k_io_bounced blk_large_io bounced_io registered_io
 	check blk_pattern_bounced blk_pattern
 	check blk_bounce_disconnect blk_disconnect
@@ -541,6 +559,7 @@ mode_blk_peer_a() {
 	check blk_pattern_whole_disk blk_pattern
 	check blk_random_4k_qd4 blk_random 4 16
 	check blk_4k_writes_lent blk_inline_writes inline_writes_lent inline_writes_copied
+	check blk_4k_block_writes blk_block_writes registered_io
 	check blk_128k_io_registered blk_large_io registered_io bounced_io
 	# (No hardware-queue case: these guests have one CPU, which blk-mq maps to
 	# queue 0. The one-guest suite has it.)

@@ -16,9 +16,18 @@ use kernel::time::Ktime;
 impl IoQueue {
     /// Sends one raw command on a queue that serves no disk (tag 0's request, with its MR
     /// registered for opcodes 1 and 2): opcode `op` whatever it is, and `inline` bytes of
-    /// zeros after it. Its answer, or the queue's failure, is waited for by [`Self::probe_wait`].
-    /// Process context.
-    pub(crate) fn probe(&self, op: u8, tag: u16, sector: u64, len: u32, inline: usize) -> Result {
+    /// zeros after it; with `imm`, those bytes alone in a SEND with that immediate data (a
+    /// block write, whatever it names). Its answer, or the queue's failure, is waited for by
+    /// [`Self::probe_wait`]. Process context.
+    pub(crate) fn probe(
+        &self,
+        op: u8,
+        tag: u16,
+        sector: u64,
+        len: u32,
+        inline: usize,
+        imm: Option<u32>,
+    ) -> Result {
         if inline > INLINE_MAX as usize {
             return Err(EINVAL);
         }
@@ -59,7 +68,10 @@ impl IoQueue {
             }
             .encode(b);
             b[0] = op;
-            ops.send(&io.cmd, 0..CMD_LEN + inline)?;
+            match imm {
+                Some(imm) => ops.send_imm(&io.cmd, CMD_LEN..CMD_LEN + inline, imm)?,
+                None => ops.send(&io.cmd, 0..CMD_LEN + inline)?,
+            };
             Ok(())
         });
         if let Err(e) = posted {
