@@ -26,9 +26,9 @@
 //! A write of exactly one block, at a block index below 2^24 ([`BLOCK_WRITE_BLOCKS`]), may come
 //! with no command at all: its data alone in a SEND with immediate data, the immediate (32
 //! bits) holding the tag in its top 8 bits and the block index below them
-//! ([`Command::block_write_imm`]). It stands for the inline write of that block and is
-//! answered as one. Four KiB of data and a 32-byte command are five packets at soft-RoCE's MTU
-//! of 1,024 bytes; the data alone is four.
+//! ([`Command::block_write_imm`]; a number, which the verbs carry big endian). It stands for
+//! the inline write of that block and is answered as one. Four KiB of data and a 32-byte
+//! command are five packets at soft-RoCE's MTU of 1,024 bytes; the data alone is four.
 //!
 //! Every message from a peer is checked here before anything acts on it: a malformed one is an
 //! `EPROTO` (the connection is ended) or, for a well-formed command the target cannot honour,

@@ -15,8 +15,9 @@
 //! read: the volume's bytes into the staging pages, then RDMA WRITE and the response in one
 //! post. An inline write's data goes into the volume from the receive buffer it landed in,
 //! before that buffer is posted again (a block write's too: the same write, its command in the
-//! receive's immediate data); an inline read's data follows the response in its SEND. A command the target cannot honour (out of the volume, bad length) is answered with
-//! an error; a message that is not a command ends the connection.
+//! receive's immediate data); an inline read's data follows the response in its SEND. A
+//! command the target cannot honour (out of the volume, bad length) is answered with an
+//! error; a message that is not a command ends the connection.
 
 use super::{Export, TgtEv, BLOCK, IO_PAGES};
 use crate::proto::{Command, Opcode, Response, CMD_LEN, INLINE_MAX, RESP_LEN};
@@ -25,7 +26,7 @@ use kernel::page::Page;
 use kernel::prelude::*;
 use kernel::rdma::{
     cm::CmId,
-    cq::{Cq, PollContext, Wc, WcStatus},
+    cq::{Cq, PollContext, Wc, WcOpcode, WcStatus},
     dma::{DmaBuf, FromDevice, ToDevice},
     mr::Remote,
     pd::Pd,
@@ -563,12 +564,17 @@ impl Completion for CmdBuf {
             return;
         }
         let n = wc.byte_len() as usize;
-        // A message with immediate data is a block write: the data alone, the command in the
-        // immediate.
+        // A SEND with immediate data is a block write: the data alone, the command in the
+        // immediate. (No RDMA WRITE with immediate is ours: the target grants no access to its
+        // memory.)
+        let imm = wc.imm_data();
         let cmd = match wr.data_mut().buf.as_slice().get(..n) {
-            Some(b) => match wc.imm_data() {
-                Some(imm) => Command::from_block_write(imm, n, BLOCK).map(|cmd| (cmd, b)),
-                None => Command::decode(b),
+            Some(b) => match (wc.opcode(), imm) {
+                (Some(WcOpcode::Recv), Some(imm)) => {
+                    Command::from_block_write(imm, n, BLOCK).map(|cmd| (cmd, b))
+                }
+                (Some(WcOpcode::Recv), None) => Command::decode(b),
+                _ => Err(EPROTO),
             }
             .and_then(|(cmd, data)| {
                 conn.store_inline(&cmd, data)?;
@@ -582,6 +588,9 @@ impl Completion for CmdBuf {
         }
         match cmd {
             Ok(cmd) => conn.execute(cmd),
+            Err(_) if imm.is_some() => {
+                conn.protocol_error(format_args!("a block write of {n} bytes, not one block"))
+            }
             Err(_) => {
                 conn.protocol_error(format_args!("a message of {n} bytes that is not a command"))
             }

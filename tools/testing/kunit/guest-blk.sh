@@ -206,11 +206,14 @@ blk_probe() {
 # untouched (its checksum is the same after), the disk still works, and the
 # target is back to the disk's two connections.
 blk_hostile() {
-	local before after bad=0 last=$((VOL_MB * 2048)) args expect
+	local before after bad=0 last=$((VOL_MB * 2048)) args expect why
 	before=$(dd_md5 if=/dev/rrbd0 bs=1M iflag=direct) || { echo "cannot read the disk: $before"; return 1; }
-	while IFS='|' read -r args expect; do
+	# ARGS|WHAT THE PROBE SAW[|WHAT THE TARGET LOGGED]
+	while IFS='|' read -r args expect why; do
 		[ -n "$args" ] || continue
 		blk_probe "$expect" $args || bad=1
+		[ -z "$why" ] || since_mark | grep -q "$why" ||
+			{ echo "probe $args: the target did not log '$why'"; bad=1; }
 	done <<-EOF
 	op=1 sector=0 len=4096|answered 0
 	op=5 sector=8 len=4096|answered 0
@@ -230,11 +233,11 @@ blk_hostile() {
 	op=6 sector=0 len=4096 inline=100|the target ended the connection
 	op=5 sector=0 len=4096 inline=4|the target ended the connection
 	op=1 sector=0 len=4096 tag=1|the target ended the connection
-	op=6 sector=0 len=4096 inline=4096 tag=1|the target ended the connection
+	op=6 sector=0 len=4096 inline=4096 tag=1|the target ended the connection|tag 1, over the queue depth 1
 	op=0 sector=0 len=0 inline=4096 imm=$((last / 8))|answered -22
 	op=0 sector=0 len=0 inline=4096 imm=16777215|answered -22
-	op=0 sector=0 len=0 inline=100 imm=0|the target ended the connection
-	op=0 sector=0 len=0 inline=4096 imm=$((1 << 24))|the target ended the connection
+	op=0 sector=0 len=0 inline=100 imm=0|the target ended the connection|a block write of 100 bytes, not one block
+	op=0 sector=0 len=0 inline=4096 imm=$((1 << 24))|the target ended the connection|tag 1, over the queue depth 1
 	EOF
 	after=$(dd_md5 if=/dev/rrbd0 bs=1M iflag=direct) || { echo "the disk no longer reads: $after"; return 1; }
 	[ "$after" = "$before" ] || { echo "the volume changed: $before, then $after"; bad=1; }
