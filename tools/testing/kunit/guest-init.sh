@@ -96,16 +96,18 @@ wait_for() {
 	done
 	return 1
 }
-# fails_by_itself SECONDS COMMAND...: true only if COMMAND fails of its own
-# within SECONDS: not if it succeeds, not if it hangs (busybox's timeout exits
-# 143, SIGTERM's status, when it has to kill it; not 124 as GNU's does).
-fails_by_itself() {
-	local secs=$1 rc
-	shift
-	timeout "$secs" "$@"
-	rc=$?
-	[ $rc != 0 ] && [ $rc != 143 ]
+# finished_within SECONDS COMMAND...: true if COMMAND ended by itself within
+# SECONDS, whatever its status (left in finished_rc); false if it had to be
+# killed (busybox's timeout then exits 143, SIGTERM's status, not 124 as GNU's
+# does).
+finished_within() {
+	timeout "$@"
+	finished_rc=$?
+	[ $finished_rc != 143 ]
 }
+# fails_by_itself SECONDS COMMAND...: true only if COMMAND fails of its own
+# within SECONDS: not if it succeeds, not if it hangs.
+fails_by_itself() { finished_within "$@" && [ $finished_rc != 0 ]; }
 port_active() { rdma link show "$1/1" | grep -q 'state ACTIVE'; }
 add_rxe() {
 	local t0=$(uptime_ms)

@@ -369,9 +369,8 @@ survivor_cycle() {
 		[ "$(ulp_stat "$id" errors)" -gt 0 ] || why="$why; run $id ended without an error"
 		since_mark | grep -q "run $id: .*RetryExcErr" || why="$why; run $id: no RetryExcErr in the log"
 		# Frees what the run holds; it reports the run's errors (EIO), which are expected.
-		timeout 30 sh -c "echo wait id=$id > $ULP/ctl" 2> /dev/null
-		# busybox's timeout exits 143 (SIGTERM) when it kills, not 124.
-		[ $? != 143 ] || why="$why; wait id=$id hung"
+		finished_within 30 sh -c "echo wait id=$id > $ULP/ctl" 2> /dev/null ||
+			why="$why; wait id=$id hung"
 	done
 	# The server's connection to the dead client: stopped, promptly.
 	timeout 30 sh -c "echo stop id=$srv > $ULP/ctl" || why="$why; stopping the server run failed or hung"
