@@ -7,6 +7,7 @@
 #  4. build drivers/rdma_rust_ulp and the KUnit module out of tree (M=).
 . "$(dirname "$0")/lib.sh"
 
+lock_tree
 "$KUNIT_DIR/setup.sh"
 mkdir -p "$LOGS"
 

@@ -14,6 +14,7 @@
 # the code. The tree is rebuilt normally afterwards.
 . "$(dirname "$0")/lib.sh"
 
+lock_tree
 "$KUNIT_DIR/build.sh"
 fail=0
 cd "$PROJECT_DIR"

@@ -8,6 +8,7 @@
 # Prints where each HTML tree is.
 . "$(dirname "$0")/lib.sh"
 
+lock_tree
 # The tree must hold the current sources (check.sh has just built them).
 [ "${DOCS_TREE_BUILT:-0}" = 1 ] || "$KUNIT_DIR/build.sh"
 fail=0

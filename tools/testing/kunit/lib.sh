@@ -39,6 +39,29 @@ KMAKE=(make -C "$KSRC" LLVM=1 RUSTC=/usr/bin/rustc HOSTRUSTC=/usr/bin/rustc
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
+# One user of a kernel tree at a time: two clones (or worktrees) that share the
+# cache would otherwise sync their sources into the same tree at once, and one
+# would build or boot the other's code. build.sh, check.sh and docs.sh hold the
+# lock to their end; run.sh until the kernel and initramfs it boots are copied
+# into its run directory. Re-entrant through RDMA_RUST_LOCKED (the scripts call
+# each other).
+lock_tree() {
+	[ "${RDMA_RUST_LOCKED:-}" != "$FLAVOR" ] || return 0
+	mkdir -p "$RDMA_RUST_CACHE"
+	exec 9> "$RDMA_RUST_CACHE/.lock$flavor_suffix"
+	if ! flock -n 9; then
+		log "waiting for another build or check of $KSRC to finish"
+		flock 9
+	fi
+	export RDMA_RUST_LOCKED=$FLAVOR
+}
+unlock_tree() {
+	[ "${RDMA_RUST_LOCKED:-}" = "$FLAVOR" ] || return 0
+	flock -u 9
+	exec 9>&-
+	unset RDMA_RUST_LOCKED
+}
+
 # Copy $1 to $2 only when the content differs, so that make's timestamps see
 # only real edits (a fresh clone must not rebuild the kernel).
 sync_file() {

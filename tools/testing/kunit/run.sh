@@ -36,9 +36,8 @@ TOPOLOGY=${TOPOLOGY:-all}
 PEER_COUNT=${PEER_COUNT:-100}
 PEER_SIZE=${PEER_SIZE:-4096}
 
-BZIMAGE=${BZIMAGE:-$KSRC/arch/x86/boot/bzImage}
-
 t0=$(date +%s)
+lock_tree
 # SKIP_BUILD=1 re-runs the VMs on what was built last.
 [ -n "${SKIP_BUILD:-}" ] || "$KUNIT_DIR/build.sh"
 "$KUNIT_DIR/mkinitramfs.sh"
@@ -47,6 +46,16 @@ t_build=$(($(date +%s) - t0))
 run_dir=$LOGS/$mode-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$run_dir"
 ln -sfn "$run_dir" "$LOGS/latest"
+# The guests boot copies, so that another build may use the tree meanwhile;
+# removed when the run ends (the logs stay).
+boot=$run_dir/boot
+mkdir -p "$boot"
+cp "${BZIMAGE:-$KSRC/arch/x86/boot/bzImage}" "$boot/bzImage"
+for f in "$IMAGES"/initramfs*.cpio.gz; do cp "$f" "$boot/"; done
+unlock_tree
+trap 'rm -rf "$boot"' EXIT
+BZIMAGE=$boot/bzImage
+IMAGES=$boot
 
 # vm NAME CMDLINE [QEMU ARGS...]: boots one guest, console to $run_dir/NAME.log;
 # its status goes to $run_dir/NAME.status ("ok" or why not).
