@@ -3,7 +3,7 @@
 # Build the guest's initramfs: busybox, iproute2 (ip, rdma), rdma-core tools
 # (rping, perftest, ibv_*) with their shared libraries and the rxe verbs
 # provider, the kernel's modules, the project's modules, and /init.
-# On the release flavor also initramfs-bench.cpio.gz: the same with fio and
+# For a bench also initramfs-bench.cpio.gz: the same with fio and
 # nvme-cli, for the bench guest only (fio's shared libraries are 80 MB, 35 MB
 # compressed, nvme-cli's 4 MB: every other boot would pay for unpacking them).
 . "$(dirname "$0")/lib.sh"
@@ -76,7 +76,9 @@ log "initramfs: $out ($(du -h "$out" | cut -f1))"
 
 # fio and nvme-cli for the bench guest: a second archive appended to the first
 # (the kernel unpacks them in turn), built once and kept until they change.
-if [ "$FLAVOR" = release ]; then
+# On the release flavor always; on the debug one when a bench asks for it
+# (BENCH_INITRD=1: CI's quick bench runs on the test kernel).
+if [ "$FLAVOR" = release ] || [ -n "${BENCH_INITRD:-}" ]; then
 	fio_cpio=$IMAGES/fio.cpio.gz
 	for b in /usr/bin/fio /usr/sbin/nvme; do
 		[ -x $b ] || die "missing $b (run tools/testing/kunit/setup.sh)"
