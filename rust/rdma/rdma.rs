@@ -15,24 +15,46 @@
 //!
 //! Reference: <https://docs.kernel.org/infiniband/core_locking.html>
 
-// In dependency order: each module uses only those above it.
-pub mod addr;
-pub mod ah;
-pub mod client;
-pub mod cm;
-pub mod cq;
+// Bottom up, in layers: each module imports only modules of the layers above its own. `make
+// check` keeps it so (`tools/testing/kunit/imports.py rust/rdma rdma crate::rdma --order`; `-v`
+// prints the graph). rustfmt sorts each layer by name.
+
+// Contexts and locks shared with completion handlers.
+pub mod sync;
+
+// The module a callback runs in, held while it may be called.
+pub mod owner;
+
+// Teardown from process context; devices and ports.
 pub mod defer;
 pub mod device;
-pub mod dma;
+
+// What hangs off a device: addresses, events, protection domains.
+pub mod addr;
 pub mod event;
-pub mod mr;
-pub mod owner;
 pub mod pd;
-pub mod qp;
-pub mod rw;
+
+// Completion queues and DMA-mapped memory.
+pub mod cq;
+pub mod dma;
+
+// What names memory or a peer, or holds receives: address handles, memory regions, SRQs.
+pub mod ah;
+pub mod mr;
 pub mod srq;
-pub mod sync;
+
+// Queue pairs.
+pub mod qp;
+
+// Work requests and posting.
 pub mod wr;
+
+// Built on QPs and work requests: the connection manager, the core's R/W API.
+pub mod cm;
+pub mod rw;
+
+// Clients: how a ULP meets the devices.
+pub mod client;
 
 /// Declares a kernel module whose only job is to register one [`client::Client`].
 ///
