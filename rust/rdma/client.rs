@@ -28,8 +28,9 @@ use core::{
 /// Static storage for the `struct ib_client` of one [`Client`].
 ///
 /// The C `add` callback is not told which `ib_client` it belongs to, so each client type has
-/// its `ib_client` in a `static`, returned by [`Client::storage`].
-/// [`module_ib_client!`](crate::module_ib_client) declares it for a module's client.
+/// its `ib_client` in a `static`, returned by [`Client::storage`]. The client type declares it,
+/// in that function (see the example of [`Client`]);
+/// [`module_ib_client!`](crate::module_ib_client) does not.
 ///
 /// # Invariants
 ///
