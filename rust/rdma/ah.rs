@@ -145,10 +145,19 @@ impl Drop for RawAh {
 
 impl Ah {
     /// Creates an AH from local `port` to the RoCE port with GID `dgid` (`rdma_create_ah`,
-    /// with the destination MAC resolved through the neighbour table first). Sleeps.
+    /// with the destination MAC resolved through the neighbour table first). Sleeps: process
+    /// context only (the neighbour lookup waits before anything can answer `EAGAIN`).
     ///
-    /// `EINVAL` for a port outside the device, `EOPNOTSUPP` for a port that is not RoCE,
-    /// `ENOENT` when the port has no usable source GID.
+    /// # Errors
+    ///
+    /// - `EINVAL` for a port outside the device.
+    /// - `EOPNOTSUPP` for a port that is not RoCE (Ethernet link layer), or a device that
+    ///   cannot create AHs.
+    /// - `ENOENT` when the port has no usable source GID ([`Device::preferred_gid`]).
+    /// - `ETIMEDOUT` when the neighbour does not answer within two seconds, or what the route
+    ///   lookup answers (`ENETUNREACH`, for instance).
+    /// - `ENOMEM` when an allocation fails.
+    /// - Otherwise what the driver's `create_ah` returns.
     pub fn new(pd: &Arc<Pd>, port: u32, dgid: &Gid) -> Result<Arc<Self>> {
         let mut attr = roce_attr(pd.device(), port, dgid)?;
         // SAFETY: `attr` is a complete, resolved RoCE address vector.
@@ -160,9 +169,14 @@ impl Ah {
     /// [`GRH_LEN`](super::wr::GRH_LEN) bytes of its receive buffer. The answer goes to
     /// [`Wc::src_qp`]. Sleeps: process context (a workqueue CQ, or a work item).
     ///
-    /// `EINVAL` for a completion that is not a successful receive with a GRH, a GRH shorter
-    /// than 40 bytes or a port outside the device; what address resolution answers
-    /// otherwise.
+    /// # Errors
+    ///
+    /// - `EINVAL` for a completion that is not a successful receive with a GRH, a GRH shorter
+    ///   than 40 bytes or a port outside the device.
+    /// - `EAGAIN` in atomic context.
+    /// - `ENOMEM` when an allocation fails.
+    /// - Otherwise what `ib_create_ah_from_wc` answers: from finding the GID the datagram
+    ///   came in on, resolving the sender's address (on RoCE), or the driver's `create_ah`.
     pub fn from_wc(pd: &Arc<Pd>, port: u32, wc: &Wc, grh: &[u8]) -> Result<Arc<Self>> {
         sleepable()?;
         let dev = pd.device();
@@ -222,6 +236,12 @@ impl Ah {
     }
 
     /// What the AH addresses, as the device has it (`rdma_query_ah`). May sleep.
+    ///
+    /// # Errors
+    ///
+    /// - `EOPNOTSUPP` when the device cannot query AHs.
+    /// - `EAGAIN` in atomic context.
+    /// - Otherwise what the driver's `query_ah` returns.
     pub fn query(&self) -> Result<AhAttr> {
         sleepable()?;
         // SAFETY: All-zeroes is a valid `rdma_ah_attr`, filled in by the driver.
@@ -248,8 +268,14 @@ impl Ah {
     }
 
     /// Points the AH at the port with GID `dgid` (`rdma_modify_ah`), resolved as in
-    /// [`Ah::new`]; sends posted after this go there. `EOPNOTSUPP` when the device cannot
-    /// modify AHs. Sleeps.
+    /// [`Ah::new`]; sends posted after this go there. Sleeps.
+    ///
+    /// # Errors
+    ///
+    /// - `EOPNOTSUPP` when the device cannot modify AHs.
+    /// - `EAGAIN` in atomic context.
+    /// - What resolving `dgid` answers, as for [`Ah::new`] (`ENOENT`, `ETIMEDOUT`, ...).
+    /// - Otherwise what the driver's `modify_ah` returns.
     pub fn modify(&self, dgid: &Gid) -> Result {
         sleepable()?;
         let mut attr = roce_attr(self.raw.pd.device(), self.raw.port, dgid)?;

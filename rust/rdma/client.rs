@@ -28,8 +28,9 @@ use core::{
 /// Static storage for the `struct ib_client` of one [`Client`].
 ///
 /// The C `add` callback is not told which `ib_client` it belongs to, so each client type has
-/// its `ib_client` in a `static`, returned by [`Client::storage`].
-/// [`module_ib_client!`](crate::module_ib_client) declares it for a module's client.
+/// its `ib_client` in a `static`, returned by [`Client::storage`]. The client type declares it,
+/// in that function (see the example of [`Client`]);
+/// [`module_ib_client!`](crate::module_ib_client) does not.
 ///
 /// # Invariants
 ///
@@ -162,8 +163,16 @@ unsafe impl<T: Client> Sync for Registration<T> {}
 impl<T: Client> Registration<T> {
     /// Registers `T` with the RDMA core (`ib_register_client`).
     ///
-    /// `T::add` runs for each existing device before this returns. Returns `EBUSY` if `T` is
-    /// already registered. May sleep.
+    /// `T::add` runs for each existing device before this returns; a device whose `add` fails
+    /// is skipped, which does not fail the registration. May sleep.
+    ///
+    /// # Errors
+    ///
+    /// - `EBUSY` if `T` is already registered.
+    /// - `EAGAIN` in atomic context.
+    /// - `ENOSPC` when the module of `T`'s callbacks cannot be tracked
+    ///   ([`owner`](super::owner)).
+    /// - `ENOMEM` when the core cannot allocate its entry for the client or for a device.
     pub fn new() -> Result<Self> {
         watch_unloads();
         super::sync::sleepable()?;

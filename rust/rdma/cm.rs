@@ -274,6 +274,13 @@ impl<H: Handler> Request<'_, H> {
     /// Keeps the connection: its events go to `handler` from now on. The caller creates the
     /// QP on the returned id and accepts ([`Id::accept`]) before its handler returns; if it
     /// drops the id instead, the connection is refused.
+    ///
+    /// # Errors
+    ///
+    /// The request is dropped with the error, which refuses the connection:
+    ///
+    /// - `ENOMEM` when an allocation fails.
+    /// - `ENOSPC` when the module of `H` cannot be tracked ([`owner`](super::owner)).
     pub fn take(self, handler: H) -> Result<CmId<H>> {
         // SAFETY: The new id is valid and its handler lock is held by the CM (this runs in the
         // listener's handler for it), so its context may change: its next event comes after.
@@ -286,6 +293,13 @@ impl<H: Handler> Request<'_, H> {
     }
 
     /// Refuses the connection with `private_data` (reason "consumer defined").
+    ///
+    /// # Errors
+    ///
+    /// - `EINVAL` for more than [`MAX_PRIVATE_DATA`] bytes of private data, or more than the
+    ///   transport carries in a reject.
+    /// - Otherwise what `rdma_reject` answers (sending the reject). Dropping the request after
+    ///   a failed reject still refuses the connection.
     pub fn reject(self, private_data: &[u8]) -> Result {
         let len = u8::try_from(private_data.len()).map_err(|_| EINVAL)?;
         // SAFETY: The new id is valid; the buffer lives for the call.
@@ -344,8 +358,15 @@ impl UdPeer<'_> {
         self.param.qkey
     }
 
-    /// An address handle to the peer on `pd`. `EINVAL` for a PD of another device than the
-    /// id's. Sleeps.
+    /// An address handle to the peer on `pd`. Sleeps.
+    ///
+    /// # Errors
+    ///
+    /// - `EINVAL` for a PD of another device than the id's.
+    /// - `EAGAIN` in atomic context.
+    /// - `ENOMEM` when an allocation fails.
+    /// - Otherwise what `rdma_create_ah` answers (`EOPNOTSUPP` when the device cannot create
+    ///   AHs, or the driver's `create_ah`).
     pub fn create_ah(&self, pd: &Arc<Pd>) -> Result<Arc<Ah>> {
         if pd.device().as_raw() != self.dev {
             return Err(EINVAL);
@@ -369,6 +390,14 @@ pub struct CmId<H: Handler> {
 impl<H: Handler> CmId<H> {
     /// Creates an id in the initial network namespace (`rdma_create_id`) whose events go to
     /// `handler`. May sleep.
+    ///
+    /// # Errors
+    ///
+    /// `handler` is dropped with the error:
+    ///
+    /// - `EAGAIN` in atomic context.
+    /// - `ENOMEM` when an allocation fails.
+    /// - `ENOSPC` when the module of `H` cannot be tracked ([`owner`](super::owner)).
     pub fn new(ps: PortSpace, handler: H) -> Result<Self> {
         sleepable()?;
         watch_unloads();
@@ -410,8 +439,17 @@ impl<H: Handler> CmId<H> {
     /// connection is established, and ready to send right away for UD; see
     /// [`Qp::established`]. Receives may be posted at once. Sleeps.
     ///
-    /// The QP holds the id: the id lives until the QP is dropped. `EINVAL` before the id has a
-    /// device (resolve or bind it first), for a PD of another device, or as [`Qp::new`].
+    /// The QP holds the id: the id lives until the QP is dropped.
+    ///
+    /// # Errors
+    ///
+    /// - `EINVAL` before the id has a device (resolve or bind it first), for a PD of another
+    ///   device, or as [`Qp::new`].
+    /// - `EBUSY` when the id has a QP already.
+    /// - `EAGAIN` in atomic context.
+    /// - `ENOMEM` when an allocation fails.
+    /// - Otherwise what `rdma_create_qp` answers: the driver's `create_qp`, or moving the new
+    ///   QP to its first state.
     pub fn create_qp(
         &self,
         pd: &Arc<Pd>,
@@ -495,7 +533,16 @@ impl Id {
 
     /// Finds the local device and address to reach `dst` (`rdma_resolve_addr`), binding to
     /// `src` if given: [`Event::AddrResolved`] or [`Event::AddrError`] follows within
-    /// `timeout_ms`.
+    /// `timeout_ms`. A failure found later comes as [`Event::AddrError`].
+    ///
+    /// # Errors
+    ///
+    /// What `rdma_resolve_addr` answers at once:
+    ///
+    /// - `EINVAL` when the id is neither new nor just bound (resolving already, listening,
+    ///   connected), or `dst` is of another address family than the id's address.
+    /// - What binding to `src` answers (see [`Id::bind`]).
+    /// - `ENOMEM` when an allocation fails.
     pub fn resolve_addr(
         &self,
         src: Option<SockAddr>,
@@ -520,6 +567,13 @@ impl Id {
 
     /// Resolves the route to the peer (`rdma_resolve_route`) after [`Event::AddrResolved`]:
     /// [`Event::RouteResolved`] or [`Event::RouteError`] follows.
+    ///
+    /// # Errors
+    ///
+    /// - `EINVAL` when the id's address is not resolved (or its route is being resolved).
+    /// - `ENOSYS` on a port of no transport the CM knows.
+    /// - Otherwise what starting the resolution answers (`ENOMEM`, or `ENODEV` on RoCE when
+    ///   the id's network device is gone).
     pub fn resolve_route(&self, timeout_ms: u32) -> Result {
         // SAFETY: The id is valid.
         to_result(unsafe { bindings::rdma_resolve_route(self.raw(), timeout_ms.max(1) as _) })
@@ -528,6 +582,15 @@ impl Id {
     /// Binds the id to a local address (`rdma_bind_addr`); an address of an RDMA device's
     /// netdev also binds the id to that device. Port 0 picks one. A link-local IPv6 address
     /// needs its scope (the interface index).
+    ///
+    /// # Errors
+    ///
+    /// - `EINVAL` when the id is bound already, or for a link-local IPv6 address without its
+    ///   scope.
+    /// - `EADDRNOTAVAIL` for an address no local network device has, or when no port is free
+    ///   (port 0) or the port is taken by a wildcard bind.
+    /// - `ENODEV` for an address whose network device has no RDMA device.
+    /// - `EADDRINUSE` when another id is bound to the address and port.
     pub fn bind(&self, addr: impl Into<SockAddr>) -> Result {
         let mut a = addr.into().to_raw();
         // SAFETY: The id is valid; the CM copies the address.
@@ -535,7 +598,16 @@ impl Id {
     }
 
     /// Listens for connection requests (`rdma_listen`), which arrive as
-    /// [`Event::ConnectRequest`]. `EINVAL` on an unbound id.
+    /// [`Event::ConnectRequest`]. An id that is not bound is bound to the IPv4 wildcard
+    /// address first.
+    ///
+    /// # Errors
+    ///
+    /// - `EINVAL` for a backlog above `i32::MAX`, or an id past binding (resolving,
+    ///   connected, listening already).
+    /// - What binding answers (see [`Id::bind`]), `EADDRINUSE` when an id that allowed reuse
+    ///   shares the address and port ([`Id::set_reuseaddr`]).
+    /// - Otherwise what starting to listen answers (`ENOMEM`, ...).
     pub fn listen(&self, backlog: u32) -> Result {
         let backlog = i32::try_from(backlog).map_err(|_| EINVAL)?;
         // SAFETY: The id is valid.
@@ -545,6 +617,14 @@ impl Id {
     /// Connects to the resolved peer with the id's QP (`rdma_connect`, or `rdma_connect_locked`
     /// from the id's handler): [`Event::Established`], [`Event::Rejected`] or
     /// [`Event::Unreachable`] follows. UD: sends the SIDR request.
+    ///
+    /// # Errors
+    ///
+    /// - `EINVAL` for more than [`MAX_PRIVATE_DATA`] bytes of private data (or more than the
+    ///   transport carries), or when the route is not resolved (or a connect is under way).
+    /// - `ENOSYS` on a port of no transport the CM knows.
+    /// - Otherwise what sending the request answers (`ENOMEM`, or moving the QP to its
+    ///   first states).
     pub fn connect(&self, param: &ConnParam<'_>) -> Result {
         let mut p = param.to_raw()?;
         let locked = self.ctx().locked_here();
@@ -560,8 +640,18 @@ impl Id {
     }
 
     /// Accepts the connection request of a taken id (`rdma_accept`): moves its QP to ready to
-    /// send and answers the peer. Only from the handler that took the request (`EINVAL`
-    /// elsewhere: the CM requires its lock). On failure the CM has rejected the peer.
+    /// send and answers the peer. Only from the handler that took the request.
+    ///
+    /// # Errors
+    ///
+    /// On failure the CM has rejected the peer.
+    ///
+    /// - `EINVAL` outside the handler that took the request (the CM requires its lock), for
+    ///   an id that is not a taken request, or for more than [`MAX_PRIVATE_DATA`] bytes of
+    ///   private data.
+    /// - `ENOSYS` on a port of no transport the CM knows.
+    /// - Otherwise what answering the peer answers (moving the QP to ready to send, sending
+    ///   the reply).
     pub fn accept(&self, param: &ConnParam<'_>) -> Result {
         if !self.ctx().locked_here() {
             crate::pr_err!("kernel::rdma: rdma_accept outside the id's event handler\n");
@@ -573,6 +663,14 @@ impl Id {
     }
 
     /// Refuses a connection request of a taken id (`rdma_reject`, reason "consumer defined").
+    ///
+    /// # Errors
+    ///
+    /// - `EINVAL` for more than [`MAX_PRIVATE_DATA`] bytes of private data (or more than the
+    ///   transport carries), or an id that has no connection.
+    /// - `ENOSYS` on a port of no transport the CM knows.
+    /// - Otherwise what sending the reject answers (`EINVAL` once the connection is past
+    ///   being refused).
     pub fn reject(&self, private_data: &[u8]) -> Result {
         let len = u8::try_from(private_data.len()).map_err(|_| EINVAL)?;
         // SAFETY: The id is valid; the buffer lives for the call.
@@ -587,7 +685,12 @@ impl Id {
     }
 
     /// Disconnects (`rdma_disconnect`): the QP moves to the error state (outstanding requests
-    /// flush) and both sides get [`Event::Disconnected`]. `EINVAL` if never connected.
+    /// flush) and both sides get [`Event::Disconnected`].
+    ///
+    /// # Errors
+    ///
+    /// - `EINVAL` if the id never connected.
+    /// - Otherwise what moving the QP to the error state answers.
     pub fn disconnect(&self) -> Result {
         // SAFETY: The id is valid.
         to_result(unsafe { bindings::rdma_disconnect(self.raw()) })
@@ -628,8 +731,17 @@ impl Id {
     /// CM joins the IP group on the netdev too, so that it takes the group's packets):
     /// [`Event::MulticastJoin`] or [`Event::MulticastError`] follows. The id must be a UD id
     /// bound to a device (bind or address resolution), without a QP of its own: the QPs that
-    /// receive the group's datagrams are created apart and attached. `EINVAL` otherwise (the
-    /// CM would warn about a QP). May sleep.
+    /// receive the group's datagrams are created apart and attached. May sleep.
+    ///
+    /// # Errors
+    ///
+    /// - `EINVAL` for an RC id, an id with a QP (the CM would warn about it), an id not bound
+    ///   to a device, or the zero address.
+    /// - `EAGAIN` in atomic context.
+    /// - `ENOMEM` when an allocation fails.
+    /// - `ENOSYS` on a port of no transport the CM knows.
+    /// - Otherwise what joining answers: on RoCE, `ENODEV` when the id's network device is
+    ///   gone, and the kernel's internal `ENOTSUPP` (524) for an IPv6 group on a RoCE v2 port.
     pub fn join_multicast(&self, addr: impl Into<SockAddr>) -> Result {
         sleepable()?;
         // SAFETY: The id is valid.
@@ -652,8 +764,13 @@ impl Id {
     }
 
     /// Leaves the multicast group at `addr` (`rdma_leave_multicast`); nothing for a group the
-    /// id has not joined. Not from the id's own handler (`EINVAL`: leaving waits for the join's
-    /// work, which runs the handler); dropping the id leaves every group. May sleep.
+    /// id has not joined. Not from the id's own handler: leaving waits for the join's work,
+    /// which runs the handler. Dropping the id leaves every group. May sleep.
+    ///
+    /// # Errors
+    ///
+    /// - `EINVAL` in the id's own handler.
+    /// - `EAGAIN` in atomic context.
     pub fn leave_multicast(&self, addr: impl Into<SockAddr>) -> Result {
         sleepable()?;
         if self.ctx().locked_here() {
@@ -673,6 +790,9 @@ impl Id {
     }
 
     /// Lets the id bind an address and port another id has just used (`rdma_set_reuseaddr`).
+    ///
+    /// # Errors
+    ///
     /// `EINVAL` to turn it on for a listening id, or off once the id is bound.
     pub fn set_reuseaddr(&self, reuse: bool) -> Result {
         // SAFETY: The id is valid.
@@ -680,8 +800,11 @@ impl Id {
     }
 
     /// Sets the local ACK timeout of the id's RC QP (4.096 us * 2^`timeout`, at most 31)
-    /// instead of the one the path gives (`rdma_set_ack_timeout`). `EINVAL` on a UD id or
-    /// above 31.
+    /// instead of the one the path gives (`rdma_set_ack_timeout`).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` on a UD id or above 31.
     pub fn set_ack_timeout(&self, timeout: u8) -> Result {
         self.check_rc(timeout)?;
         // SAFETY: The id is valid.
@@ -689,8 +812,11 @@ impl Id {
     }
 
     /// Sets the RNR NAK timer code the id's RC QP answers senders with when it has no receive
-    /// posted (`rdma_set_min_rnr_timer`, at most 31). `EINVAL` on a UD id (which the CM would
-    /// also warn about) or above 31.
+    /// posted (`rdma_set_min_rnr_timer`, at most 31).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` on a UD id (which the CM would also warn about) or above 31.
     pub fn set_min_rnr_timer(&self, timer: u8) -> Result {
         self.check_rc(timer)?;
         // SAFETY: The id is valid.

@@ -258,10 +258,18 @@ impl Drop for RawCq {
 }
 
 impl Cq {
-    /// Allocates a CQ of at least `entries` entries on `device` (`ib_alloc_cq`). Sleeps.
+    /// Allocates a CQ of at least `entries` entries on `device` (`ib_alloc_cq`), whose
+    /// completions are signalled on the device's completion vector `comp_vector` (an interrupt
+    /// vector: `0..device.num_comp_vectors()`, which decides on which CPU its handlers usually
+    /// run) and processed in `poll`. Sleeps.
     ///
-    /// `EINVAL` when `entries` is zero or above the device's `max_cqe`, or when `comp_vector`
-    /// is not one of the device's completion vectors.
+    /// # Errors
+    ///
+    /// - `EINVAL` when `entries` is zero or above the device's `max_cqe`, or when
+    ///   `comp_vector` is not one of the device's completion vectors.
+    /// - `EAGAIN` in atomic context.
+    /// - `ENOMEM` when an allocation fails.
+    /// - Otherwise what the driver's `create_cq` returns.
     ///
     /// # Examples
     ///
@@ -342,9 +350,15 @@ impl Cq {
     /// What is shared cannot be changed by one user: [`Cq::resize`], [`Cq::moderate`] and
     /// [`Cq::set_event_handler`] answer `EOPNOTSUPP` (the pool gives its CQs no event handler).
     ///
-    /// `EINVAL` for zero entries or more than the device's `max_cqe`, for
-    /// [`PollContext::Direct`] (pool CQs are polled by the core) and for a vector the device
-    /// does not have; `ENODEV` while the device is being removed.
+    /// # Errors
+    ///
+    /// - `EINVAL` for zero entries or more than the device's `max_cqe`, for
+    ///   [`PollContext::Direct`] (pool CQs are polled by the core) and for a vector the device
+    ///   does not have.
+    /// - `ENODEV` while the device is being removed.
+    /// - `EAGAIN` in atomic context.
+    /// - `ENOMEM` when an allocation fails.
+    /// - Otherwise what the driver's `create_cq` returns when the pool needs new CQs.
     ///
     /// # Examples
     ///
@@ -460,19 +474,30 @@ impl Cq {
     }
 
     /// Gives the CQ a handler of its asynchronous events ([`AsyncHandler`]), once, right after
-    /// creating it. `EBUSY` if it has one already, `EAGAIN` in atomic context, `EOPNOTSUPP` for
-    /// a pool CQ. The handler lives until the CQ is freed. May sleep.
+    /// creating it. The handler lives until the CQ is freed. May sleep.
+    ///
+    /// # Errors
+    ///
+    /// - `EBUSY` if the CQ has a handler already.
+    /// - `EOPNOTSUPP` for a pool CQ.
+    /// - `EAGAIN` in atomic context.
+    /// - `ENOSPC` when the module of `H` cannot be tracked ([`owner`](super::owner)).
+    /// - `ENOMEM` when an allocation fails.
     pub fn set_event_handler<H: AsyncHandler>(&self, handler: Arc<H>) -> Result {
         self.raw.shared().ok_or(EOPNOTSUPP)?.events.set(handler)
     }
 
     /// Resizes the CQ to at least `entries` entries (`ib_resize_cq`). May sleep.
     ///
-    /// `EINVAL` for zero or more than the device's `max_cqe`; `EBUSY` when the QPs reporting
-    /// here were promised more entries than the new size (their queues could overrun it);
-    /// `EOPNOTSUPP` when the device cannot resize CQs, and for a pool CQ; what the driver
-    /// answers otherwise (for instance `EINVAL` when more completions are waiting than would
-    /// fit).
+    /// # Errors
+    ///
+    /// - `EINVAL` for zero or more than the device's `max_cqe`.
+    /// - `EBUSY` when the QPs reporting here were promised more entries than the new size
+    ///   (their queues could overrun it).
+    /// - `EOPNOTSUPP` when the device cannot resize CQs, and for a pool CQ.
+    /// - `EAGAIN` in atomic context.
+    /// - Otherwise what the driver's `resize_cq` returns (for instance `EINVAL` when more
+    ///   completions are waiting than would fit).
     pub fn resize(&self, entries: u32) -> Result {
         sleepable()?;
         if self.is_pooled() {
@@ -501,8 +526,14 @@ impl Cq {
 
     /// Asks the device to raise a completion event only after `count` completions or
     /// `period_us` microseconds: interrupt moderation (`rdma_set_cq_moderation`, formerly
-    /// `ib_modify_cq`). `EOPNOTSUPP` when the device has none (soft-RoCE has none), and for a
-    /// pool CQ, which other users share. May sleep.
+    /// `ib_modify_cq`). May sleep.
+    ///
+    /// # Errors
+    ///
+    /// - `EOPNOTSUPP` when the device has no moderation (soft-RoCE has none), and for a pool
+    ///   CQ, which other users share.
+    /// - `EAGAIN` in atomic context.
+    /// - Otherwise what the driver's `modify_cq` returns.
     pub fn moderate(&self, count: u16, period_us: u16) -> Result {
         // Drivers that have it talk to their firmware, which sleeps.
         sleepable()?;
@@ -533,8 +564,12 @@ impl Cq {
     ///
     /// The handlers run in the caller's context. One task polls a CQ at a time: while another
     /// task polls it (or kernel::rdma quiesces it), and when called from one of the CQ's own
-    /// handlers, this returns `Ok(0)` at once. `EINVAL` for any other poll context, whose
-    /// completions the core processes by itself.
+    /// handlers, this returns `Ok(0)` at once.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` for a CQ of any other poll context (pool CQs included), whose completions the
+    /// core processes by itself.
     pub fn poll_direct(&self, budget: u32) -> Result<u32> {
         let shared = match self.raw.shared() {
             Some(shared) if self.raw.poll == PollContext::Direct => shared,

@@ -142,9 +142,13 @@ impl Device {
         }
     }
 
-    /// Queries the attributes of `port` (`ib_query_port`).
+    /// Queries the attributes of `port` (`ib_query_port`). May sleep.
     ///
-    /// Returns `EINVAL` for a port number outside [`Device::ports`]. May sleep.
+    /// # Errors
+    ///
+    /// - `EINVAL` for a port number outside [`Device::ports`].
+    /// - `ENODEV` for an iWARP port without a network device.
+    /// - Otherwise what the driver's `query_port` returns.
     pub fn query_port(&self, port: u32) -> Result<PortAttr> {
         self.check_port(port)?;
         let mut attr = bindings::ib_port_attr::default();
@@ -156,7 +160,9 @@ impl Device {
 
     /// Returns the link layer of `port` (`rdma_port_get_link_layer`).
     ///
-    /// Returns `EINVAL` for a port number outside [`Device::ports`].
+    /// # Errors
+    ///
+    /// `EINVAL` for a port number outside [`Device::ports`].
     pub fn link_layer(&self, port: u32) -> Result<LinkLayer> {
         self.check_port(port)?;
         // SAFETY: `self.as_raw()` is valid (invariant) and `port` has been checked, so the
@@ -176,8 +182,10 @@ impl Device {
 
     /// Returns the name of the network device bound to `port` (RoCE and iWARP), e.g. `eth0`.
     ///
-    /// Returns `EINVAL` for a port outside [`Device::ports`] and `ENODEV` when no network device
-    /// is bound to the port (for instance on InfiniBand).
+    /// # Errors
+    ///
+    /// - `EINVAL` for a port outside [`Device::ports`].
+    /// - `ENODEV` when no network device is bound to the port (for instance on InfiniBand).
     pub fn netdev_name(&self, port: u32) -> Result<Name<IFNAMSIZ>> {
         self.check_port(port)?;
         // SAFETY: `self.as_raw()` is valid (invariant) and `port` has been checked.
@@ -208,10 +216,12 @@ impl Device {
         u32::try_from(unsafe { (*self.as_raw()).num_comp_vectors }).unwrap_or(0)
     }
 
-    /// Returns entry `index` of the GID table of `port` (`rdma_get_gid_attr`).
+    /// Returns entry `index` of the GID table of `port` (`rdma_get_gid_attr`). May sleep.
     ///
-    /// `EINVAL` for a port outside [`Device::ports`]; `ENOENT` (or `EINVAL`) for an empty or
-    /// out-of-range index. May sleep.
+    /// # Errors
+    ///
+    /// - `EINVAL` for a port outside [`Device::ports`], or an index outside the port's table.
+    /// - `ENODATA` for an empty entry.
     pub fn gid(&self, port: u32, index: u32) -> Result<GidEntry> {
         self.check_port(port)?;
         let index_c = i32::try_from(index).map_err(|_| EINVAL)?;
@@ -223,7 +233,14 @@ impl Device {
     }
 
     /// Returns entry `index` of the P_Key table of `port` (`ib_query_pkey`); RoCE ports have
-    /// the default P_Key `0xffff` at index 0. `EINVAL` for a bad port or index. May sleep.
+    /// the default P_Key `0xffff` at index 0. May sleep.
+    ///
+    /// # Errors
+    ///
+    /// - `EINVAL` for a port outside [`Device::ports`].
+    /// - `EOPNOTSUPP` when the driver has no P_Key table (no `query_pkey`).
+    /// - Otherwise what the driver's `query_pkey` returns: `EINVAL` for an index outside the
+    ///   table (soft-RoCE has index 0 only).
     pub fn pkey(&self, port: u32, index: u16) -> Result<u16> {
         self.check_port(port)?;
         let mut pkey = 0u16;
@@ -233,8 +250,13 @@ impl Device {
     }
 
     /// Finds the P_Key `pkey` in the table of `port` and returns its index (`ib_find_pkey`;
-    /// the full-membership bit is preferred over the limited one). `EINVAL` for a port outside
-    /// [`Device::ports`], `ENOENT` when the table does not hold it. May sleep.
+    /// the full-membership bit is preferred over the limited one). May sleep.
+    ///
+    /// # Errors
+    ///
+    /// - `EINVAL` for a port outside [`Device::ports`].
+    /// - `ENOENT` when the table does not hold `pkey`.
+    /// - What reading the table returns ([`Device::pkey`]).
     pub fn find_pkey(&self, port: u32, pkey: u16) -> Result<u16> {
         self.check_port(port)?;
         let mut index = 0u16;
@@ -244,7 +266,11 @@ impl Device {
     }
 
     /// Finds `gid` of type `kind` in the GID tables of every port (`rdma_find_gid`) and returns
-    /// the port and entry holding it. `ENOENT` (or `EINVAL`) when no port has it. May sleep.
+    /// the port and entry holding it. May sleep.
+    ///
+    /// # Errors
+    ///
+    /// `ENOENT` when no port has it.
     pub fn find_gid(&self, gid: &Gid, kind: GidType) -> Result<(u32, GidEntry)> {
         let raw = bindings::ib_gid { raw: gid.0 };
         let ty = match kind {
@@ -262,9 +288,12 @@ impl Device {
     /// The GID of `port` that this crate sources RoCE traffic from: a RoCE v2 GID that maps an
     /// IPv4 address (`::ffff:a.b.c.d`), or else the first valid GID. Only the first 256 entries
     /// are looked at: an address vector names its source GID in 8 bits. (Not `ib_find_gid`,
-    /// which looks a given GID up: that is [`Device::find_gid`].)
+    /// which looks a given GID up: that is [`Device::find_gid`].) May sleep.
     ///
-    /// `ENOENT` when the table holds no valid GID (for instance no address on the netdev).
+    /// # Errors
+    ///
+    /// - `ENOENT` when the table holds no valid GID (for instance no address on the netdev).
+    /// - What [`Device::query_port`] returns: `EINVAL` for a port outside [`Device::ports`].
     pub fn preferred_gid(&self, port: u32) -> Result<GidEntry> {
         let len = self.query_port(port)?.gid_tbl_len().min(256);
         let mut first = None;

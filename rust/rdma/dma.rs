@@ -209,11 +209,13 @@ pub struct DmaBuf<D: Direction = Bidirectional> {
 }
 
 impl DmaBuf<Bidirectional> {
-    /// Allocates `len` zeroed bytes and maps them both ways for the PD's device.
+    /// Allocates `len` zeroed bytes and maps them both ways for the PD's device. `flags` are
+    /// the allocation flags (`GFP_ATOMIC` in a completion handler).
     ///
-    /// `EINVAL` for an empty buffer or one larger than [`MAX_BUF`]; `ENOMEM` when the
-    /// allocation or the mapping fails. `flags` are the allocation flags (`GFP_ATOMIC` in a
-    /// completion handler).
+    /// # Errors
+    ///
+    /// - `EINVAL` for an empty buffer or one larger than [`MAX_BUF`].
+    /// - `ENOMEM` when the allocation or the mapping fails.
     pub fn new(pd: &Arc<Pd>, len: usize, flags: Flags) -> Result<Self> {
         Self::alloc(pd, len, flags)
     }
@@ -221,6 +223,11 @@ impl DmaBuf<Bidirectional> {
 
 impl<D: Direction> DmaBuf<D> {
     /// Allocates `len` zeroed bytes and maps them in direction `D` (see [`DmaBuf::new`]).
+    ///
+    /// # Errors
+    ///
+    /// - `EINVAL` for an empty buffer or one larger than [`MAX_BUF`].
+    /// - `ENOMEM` when the allocation or the mapping fails.
     pub fn alloc(pd: &Arc<Pd>, len: usize, flags: Flags) -> Result<Self> {
         if len == 0 || len > MAX_BUF {
             return Err(EINVAL);
@@ -229,9 +236,14 @@ impl<D: Direction> DmaBuf<D> {
         Self::from_vec(pd, buf).map_err(|(e, _)| e)
     }
 
-    /// Maps `buf` where it is, in direction `D`, for the PD's device. `EINVAL` for an empty
-    /// vector or one longer than [`MAX_BUF`], `ENOMEM` when the mapping fails; the vector
-    /// comes back with the error.
+    /// Maps `buf` where it is, in direction `D`, for the PD's device.
+    ///
+    /// # Errors
+    ///
+    /// The vector comes back with the error:
+    ///
+    /// - `EINVAL` for an empty vector or one longer than [`MAX_BUF`].
+    /// - `ENOMEM` when the mapping fails.
     pub fn from_vec(pd: &Arc<Pd>, mut buf: KVec<u8>) -> Result<Self, (Error, KVec<u8>)> {
         let len = buf.len();
         if len == 0 || len > MAX_BUF {

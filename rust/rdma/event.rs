@@ -203,6 +203,14 @@ impl<T: EventHandler> Drop for Registered<T> {
 
 impl<T: EventHandler> EventRegistration<T> {
     /// Registers `data` for the events of `device` (`ib_register_event_handler`). May sleep.
+    ///
+    /// # Errors
+    ///
+    /// - `EAGAIN` in atomic context.
+    /// - `ENOSPC` when the module of `T`'s handler cannot be tracked
+    ///   ([`owner`](super::owner): more than [`MODULES`](super::owner::MODULES) modules use
+    ///   kernel::rdma).
+    /// - `ENOMEM` when an allocation fails.
     pub fn new(device: &Device, data: T) -> Result<Self> {
         sleepable()?;
         watch_unloads();

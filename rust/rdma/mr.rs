@@ -474,7 +474,13 @@ impl Drop for RawMr {
 impl Mr {
     /// Allocates an MR that can map up to `max_pages` pages (`ib_alloc_mr`). May sleep.
     ///
-    /// `EINVAL` for zero pages or more than the device's `max_fast_reg_page_list_len`.
+    /// # Errors
+    ///
+    /// - `EINVAL` for zero pages or more than the device's `max_fast_reg_page_list_len`.
+    /// - `EAGAIN` in atomic context.
+    /// - `ENOMEM` when an allocation fails.
+    /// - `EOPNOTSUPP` when the device has no fast-registration MRs (no `alloc_mr`).
+    /// - Otherwise what the driver's `alloc_mr` returns.
     pub fn new(pd: &Arc<Pd>, max_pages: u32) -> Result<Self> {
         let sg = KBox::new(Opaque::uninit(), GFP_KERNEL)?;
         // INVARIANT: Maps nothing yet.
@@ -491,9 +497,17 @@ impl Mr {
     ///
     /// An MR maps one buffer for its whole life: a registration made for a buffer stays usable
     /// by the peer until it is invalidated, and the driver does not tell when that has
-    /// happened, so the buffer is freed only with the MR (`EBUSY` for a second `map`). `EINVAL`
-    /// when the buffer spans more pages than the MR can map or belongs to another PD. The
-    /// buffer is given back with the error.
+    /// happened, so the buffer is freed only with the MR.
+    ///
+    /// # Errors
+    ///
+    /// The buffer is given back with the error:
+    ///
+    /// - `EBUSY` for a second `map` (or a `map` after [`Mr::map_sg`]).
+    /// - `EINVAL` when the buffer spans more pages than the MR can map, belongs to another
+    ///   PD, or is not mapped whole by the driver.
+    /// - `EOPNOTSUPP` when the device cannot map MRs (no `map_mr_sg`), or what its
+    ///   `map_mr_sg` returns.
     pub fn map(&mut self, buf: DmaBuf) -> Result<(), (Error, DmaBuf)> {
         let raw = self.raw.get_mut();
         if raw.mem.is_some() {
@@ -526,9 +540,16 @@ impl Mr {
     }
 
     /// Makes the MR describe the pages of `sg` (`ib_map_mr_sg` of a DMA-mapped scatterlist),
-    /// as [`Mr::map`] does for one buffer, with the same rules: `EBUSY` for a second map,
-    /// `EINVAL` for more pages than the MR can map or another PD. The pages are given back
-    /// with the error.
+    /// as [`Mr::map`] does for one buffer, with the same rules.
+    ///
+    /// # Errors
+    ///
+    /// The pages are given back with the error:
+    ///
+    /// - `EBUSY` for a second map.
+    /// - `EINVAL` for more pages than the MR can map, another PD, or pages the driver does
+    ///   not map whole.
+    /// - `EOPNOTSUPP` when the device cannot map MRs, or what its `map_mr_sg` returns.
     pub fn map_sg(&mut self, sg: DmaSg) -> Result<(), (Error, DmaSg)> {
         let raw = self.raw.get_mut();
         if raw.mem.is_some() {
@@ -581,7 +602,11 @@ impl Mr {
     /// Once registered, the memory may be written by the peer at any time, so it is never lent
     /// out as a slice: it is copied with volatile reads, after a sync for the CPU. What the copy
     /// sees is meaningful after an event that orders the peer's access before it (a completion,
-    /// a message). `EINVAL` if the MR maps nothing or the range is empty or not inside.
+    /// a message).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` if the MR maps nothing or the range is empty or not inside.
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result {
         match &self.raw.mem {
             Some(Mem::Buf(b)) => b.copy_out(offset, dst),
@@ -591,8 +616,11 @@ impl Mr {
     }
 
     /// Copies `src` into the mapped memory at `offset` with volatile writes, then syncs it for
-    /// the device (see [`Mr::read`]). `EINVAL` if the MR maps nothing or the range is empty or
-    /// not inside.
+    /// the device (see [`Mr::read`]).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` if the MR maps nothing or the range is empty or not inside.
     pub fn write(&mut self, offset: usize, src: &[u8]) -> Result {
         match &mut self.raw.get_mut().mem {
             Some(Mem::Buf(b)) => b.copy_in(offset, src),
@@ -610,8 +638,11 @@ impl Mr {
     /// registers the MR, and a read's data out after the target revoked the rkey. Synced for
     /// the CPU before `f` and for the device after.
     ///
-    /// `EBUSY` while registered; `EINVAL` if the MR maps nothing or a scatterlist
-    /// ([`Mr::map_sg`], whose pages are not one slice).
+    /// # Errors
+    ///
+    /// - `EBUSY` while registered.
+    /// - `EINVAL` if the MR maps nothing or a scatterlist ([`Mr::map_sg`], whose pages are not
+    ///   one slice).
     pub fn with_buf<R>(&mut self, f: impl FnOnce(&mut [u8]) -> R) -> Result<R> {
         if self.is_registered() {
             return Err(EBUSY);
@@ -631,9 +662,12 @@ impl Mr {
         self.raw.keys.lkey()
     }
 
-    /// What the peer needs: the region's I/O virtual address and rkey. `EINVAL` unless a
-    /// registration was posted ([`SendOps::reg_mr`]) and not invalidated since: an rkey that
-    /// no longer grants access is never handed out.
+    /// What the peer needs: the region's I/O virtual address and rkey.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` unless a registration was posted ([`SendOps::reg_mr`]) and not invalidated
+    /// since: an rkey that no longer grants access is never handed out.
     ///
     /// [`SendOps::reg_mr`]: super::wr::SendOps::reg_mr
     pub fn remote(&self) -> Result<Remote> {

@@ -69,8 +69,15 @@ impl Drop for RawPd {
 }
 
 impl Pd {
-    /// Allocates a protection domain on `device` (`ib_alloc_pd`). Sleeps (`EAGAIN` in atomic
-    /// context, like every verb that sleeps).
+    /// Allocates a protection domain on `device` (`ib_alloc_pd`). Sleeps.
+    ///
+    /// # Errors
+    ///
+    /// - `EAGAIN` in atomic context, like every verb that sleeps.
+    /// - `ENOMEM` when an allocation fails.
+    /// - Otherwise what the driver's `alloc_pd` (or `get_dma_mr`, on devices without a local
+    ///   DMA lkey) returns; soft-RoCE answers `EINVAL` when the device has all the PDs it
+    ///   allows.
     pub fn new(device: &Device) -> Result<Arc<Self>> {
         sleepable()?;
         watch_unloads();

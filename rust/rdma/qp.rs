@@ -407,12 +407,18 @@ pub struct Qp<S: State> {
 impl Qp<Reset> {
     /// Creates a QP on `pd` reporting to `send_cq` and `recv_cq` (`ib_create_qp`). May sleep.
     ///
-    /// `EINVAL` when a depth is zero or above the device's `max_qp_wr` (less the drain slot and
-    /// the entries of `rdma_ctxs`), an SGE count is zero or above the device's limit (or this
-    /// crate's), `rw_sge` is set without `rdma_ctxs` or above the device's `max_send_sge`,
-    /// `rdma_ctxs` is set without a port of the device, the CQs belong to another
-    /// device, or a CQ has not enough free entries for the queues reporting to it (a CQ overrun
-    /// is fatal).
+    /// # Errors
+    ///
+    /// - `EINVAL` when a depth is zero or above the device's `max_qp_wr` (less the drain slot
+    ///   and the entries of `rdma_ctxs`), an SGE count is zero or above the device's limit (or
+    ///   this crate's), `rw_sge` is set without `rdma_ctxs` or above the device's
+    ///   `max_send_sge`, `rdma_ctxs` is set without a port of the device, the CQs belong to
+    ///   another device, or a CQ has not enough free entries for the queues reporting to it (a
+    ///   CQ overrun is fatal).
+    /// - `EAGAIN` in atomic context.
+    /// - `ENOMEM` when an allocation fails (the core's MR pool for `rdma_ctxs` included).
+    /// - `EOPNOTSUPP` when the device cannot create kernel QPs.
+    /// - Otherwise what the driver's `create_qp` returns.
     pub fn new(
         pd: &Arc<Pd>,
         qp_type: QpType,
@@ -440,7 +446,12 @@ impl Qp<Reset> {
     ///
     /// The QP has no receive queue of its own: `caps.recv_depth` and `caps.recv_sge` are
     /// ignored and [`Qp::post_recv`](Qp::post_recv) fails with `EINVAL`; receives are posted
-    /// with [`Srq::post_recv`]. `EINVAL` as for [`Qp::new`], or when `srq` is on another PD.
+    /// with [`Srq::post_recv`].
+    ///
+    /// # Errors
+    ///
+    /// - `EINVAL` as for [`Qp::new`], or when `srq` is on another PD.
+    /// - The others of [`Qp::new`]: `EAGAIN`, `ENOMEM`, `EOPNOTSUPP`, the driver's.
     pub fn new_with_srq(
         pd: &Arc<Pd>,
         qp_type: QpType,
@@ -687,9 +698,15 @@ impl<S: State> Qp<S> {
     }
 
     /// Gives the QP a handler of its asynchronous events ([`AsyncHandler`]), once, right after
-    /// creating it: events raised before are not delivered. `EBUSY` if it has one already,
-    /// `EAGAIN` in atomic context, `ENOSPC` when the handler's module cannot be tracked. The
-    /// handler lives, and holds its module, until the QP is destroyed. May sleep.
+    /// creating it: events raised before are not delivered. The handler lives, and holds its
+    /// module, until the QP is destroyed. May sleep.
+    ///
+    /// # Errors
+    ///
+    /// - `EBUSY` if the QP has a handler already.
+    /// - `EAGAIN` in atomic context.
+    /// - `ENOSPC` when the handler's module cannot be tracked ([`owner`](super::owner)).
+    /// - `ENOMEM` when an allocation fails.
     pub fn set_event_handler<H: AsyncHandler>(&self, handler: Arc<H>) -> Result {
         self.inner.shared().events.set(handler)
     }
@@ -704,7 +721,15 @@ impl<S: State> Qp<S> {
         self.inner.shared().rq_used.load(Ordering::Acquire)
     }
 
-    /// What a peer needs to reach this QP. `EINVAL` before the QP is bound to a port (Init).
+    /// What a peer needs to reach this QP.
+    ///
+    /// # Errors
+    ///
+    /// - `EINVAL` before the QP is bound to a port (Init).
+    /// - `ENOENT` when the port has no valid GID ([`Device::preferred_gid`]), or what querying
+    ///   the port answers.
+    ///
+    /// [`Device::preferred_gid`]: super::device::Device::preferred_gid
     pub fn endpoint(&self) -> Result<Endpoint> {
         if self.inner.port == 0 {
             return Err(EINVAL);

@@ -122,11 +122,18 @@ impl<D: RwDirection> RwCtx<D> {
     /// Prepares the transfer of the first `len` bytes of `pages` from (READ) or to (WRITE)
     /// `remote` on `qp` (`rdma_rw_ctx_init`, which maps the pages). May sleep.
     ///
-    /// `EINVAL` when `qp` is not an RC QP created with [`QpCaps::rdma_ctxs`], `len` is zero or
-    /// needs more than `pages` or [`MAX_SG_PAGES`] pages, or the transfer needs more send queue
-    /// entries than the QP has; `EAGAIN` when the QP's MRs are all in use by other contexts (more
-    /// in flight than `rdma_ctxs`) or in atomic context; `ENOMEM`. The pages come back with
-    /// the error.
+    /// # Errors
+    ///
+    /// The pages come back with the error:
+    ///
+    /// - `EINVAL` when `qp` is not an RC QP created with [`QpCaps::rdma_ctxs`], `len` is zero
+    ///   or needs more than `pages` or [`MAX_SG_PAGES`] pages, or the transfer needs more send
+    ///   queue entries than the QP has.
+    /// - `EAGAIN` when the QP's MRs are all in use by other contexts (more in flight than
+    ///   `rdma_ctxs`), or in atomic context.
+    /// - `ENOMEM` when an allocation or the DMA mapping fails.
+    /// - Otherwise what `rdma_rw_ctx_init` answers (from mapping the pages or registering
+    ///   them).
     ///
     /// [`QpCaps::rdma_ctxs`]: super::qp::QpCaps::rdma_ctxs
     pub fn new(
@@ -272,8 +279,11 @@ impl<D: RwDirection> Drop for RwCtx<D> {
 
 /// The number of MRs (or, without the MR path, of RDMA operations) the device needs to move
 /// `max_pages` pages in one transfer (`rdma_rw_mr_factor`): what a ULP multiplies its queue
-/// depth by to size [`QpCaps::rdma_ctxs`](super::qp::QpCaps::rdma_ctxs). `EINVAL` for a port
-/// outside the device.
+/// depth by to size [`QpCaps::rdma_ctxs`](super::qp::QpCaps::rdma_ctxs).
+///
+/// # Errors
+///
+/// `EINVAL` for a port outside the device.
 pub fn mr_factor(dev: &super::device::Device, port: u32, max_pages: u32) -> Result<u32> {
     if !dev.ports().contains(&port) {
         return Err(EINVAL);
@@ -286,7 +296,12 @@ impl<'a> SendOps<'a> {
     /// Adds the RDMA READ or WRITE `rw` (with the registrations it needs) as the next
     /// operation: the operations after it in the request start once it is done (send queues
     /// execute in order; add [`SendOps::fence`] to a SEND that must wait for a READ's data).
-    /// `EINVAL` when posted on another QP than `rw`'s.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` when the request has [`MAX_OPS`](super::wr::MAX_OPS) operations already.
+    /// Posting on another QP than `rw`'s fails with `EINVAL`
+    /// ([`Qp::post_send`](super::qp::Qp::post_send)).
     pub fn rw<D: RwDirection>(&mut self, rw: &'a mut RwCtx<D>) -> Result<&mut Self> {
         let inner = &*rw.qp.inner;
         self.chain(Chain {

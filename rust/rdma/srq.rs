@@ -234,9 +234,15 @@ impl Srq {
     /// Creates an SRQ on `pd` for `depth` receives of up to `sge` scatter entries, whose
     /// receives complete on `cq` (`ib_create_srq`). May sleep.
     ///
-    /// `EINVAL` when `depth` is zero or above the device's `max_srq_wr`, `sge` is zero or above
-    /// the device's `max_srq_sge` (or [`MAX_RECV_SGE`](super::dma::MAX_RECV_SGE)), `cq` belongs
-    /// to another device or has fewer than `depth` free entries.
+    /// # Errors
+    ///
+    /// - `EINVAL` when `depth` is zero or above the device's `max_srq_wr` (a device without
+    ///   SRQs has 0), `sge` is zero or above the device's `max_srq_sge` (or
+    ///   [`MAX_RECV_SGE`](super::dma::MAX_RECV_SGE)), `cq` belongs to another device or has
+    ///   fewer than `depth` free entries.
+    /// - `EAGAIN` in atomic context.
+    /// - `ENOMEM` when an allocation fails.
+    /// - Otherwise what the driver's `create_srq` returns.
     pub fn new(pd: &Arc<Pd>, cq: &Arc<Cq>, depth: u32, sge: u32) -> Result<Arc<Self>> {
         sleepable()?;
         let attrs = pd.device().attrs();
@@ -334,8 +340,14 @@ impl Srq {
     }
 
     /// Gives the SRQ a handler of its asynchronous events ([`AsyncHandler`]), once, right after
-    /// creating it. `EBUSY` if it has one already, `EAGAIN` in atomic context. The handler lives
-    /// until the SRQ is destroyed. May sleep.
+    /// creating it. The handler lives until the SRQ is destroyed. May sleep.
+    ///
+    /// # Errors
+    ///
+    /// - `EBUSY` if the SRQ has a handler already.
+    /// - `EAGAIN` in atomic context.
+    /// - `ENOSPC` when the module of `H` cannot be tracked ([`owner`](super::owner)).
+    /// - `ENOMEM` when an allocation fails.
     pub fn set_event_handler<H: AsyncHandler>(&self, handler: Arc<H>) -> Result {
         self.raw.shared.events.set(handler)
     }
@@ -343,7 +355,14 @@ impl Srq {
     /// Arms the SRQ's limit (`ib_modify_srq` of `IB_SRQ_LIMIT`): when fewer than `limit`
     /// receives are left on it, the device raises
     /// [`AsyncEvent::SrqLimitReached`](super::event::AsyncEvent::SrqLimitReached) once, and
-    /// disarms it. `EINVAL` for 0 or a limit not below the depth. May sleep.
+    /// disarms it. May sleep.
+    ///
+    /// # Errors
+    ///
+    /// - `EINVAL` for 0 or a limit not below the depth.
+    /// - `EAGAIN` in atomic context.
+    /// - `EOPNOTSUPP` when the device cannot modify SRQs.
+    /// - Otherwise what the driver's `modify_srq` returns.
     pub fn arm_limit(&self, limit: u32) -> Result {
         sleepable()?;
         if limit == 0 || limit >= self.raw.depth {
@@ -367,6 +386,12 @@ impl Srq {
     }
 
     /// What the device reports of the SRQ (`ib_query_srq`). May sleep.
+    ///
+    /// # Errors
+    ///
+    /// - `EAGAIN` in atomic context.
+    /// - `EOPNOTSUPP` when the device cannot query SRQs.
+    /// - Otherwise what the driver's `query_srq` returns.
     pub fn query(&self) -> Result<SrqAttr> {
         sleepable()?;
         // SAFETY: All-zeroes is a valid `ib_srq_attr`, filled in by the driver.

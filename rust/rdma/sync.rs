@@ -152,9 +152,13 @@ impl Completion {
         unsafe { bindings::wait_for_completion(self.inner.get()) }
     }
 
-    /// Waits up to `ms` milliseconds for the completion; `ETIMEDOUT` if it did not happen.
+    /// Waits up to `ms` milliseconds for the completion.
     ///
     /// Sleeps: process context only.
+    ///
+    /// # Errors
+    ///
+    /// `ETIMEDOUT` if the completion did not happen within `ms` milliseconds.
     pub fn wait_timeout(&self, ms: u32) -> Result {
         // SAFETY: `__msecs_to_jiffies` has no preconditions.
         let timeout = unsafe { bindings::__msecs_to_jiffies(ms) };

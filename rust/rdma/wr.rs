@@ -161,8 +161,15 @@ unsafe impl<T: Completion> Send for Wr<T> {}
 unsafe impl<T: Completion + Sync> Sync for Wr<T> {}
 
 impl<T: Completion> Wr<T> {
-    /// Allocates a request owning `data`. `ENOSPC` (with `data` dropped) in the unlikely case
-    /// that the module of `T::done` cannot be tracked ([`owner`](super::owner)).
+    /// Allocates a request owning `data`.
+    ///
+    /// # Errors
+    ///
+    /// `data` is dropped with the error:
+    ///
+    /// - `ENOMEM` when the allocation fails.
+    /// - `ENOSPC` in the unlikely case that the module of `T::done` cannot be tracked
+    ///   ([`owner`](super::owner)).
     pub fn new(data: T, flags: Flags) -> Result<Self> {
         let owner = Owner::tracked(done_callback::<T> as *const () as usize)?;
         Ok(Self(KBox::new(

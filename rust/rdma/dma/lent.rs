@@ -48,8 +48,11 @@ impl Segment {
         bv_offset: 0,
     });
 
-    /// `len` bytes at `offset` of `page`, for a [`PageOwner`] that owns the page; `EINVAL` if
-    /// they are not inside the page or `len` is 0.
+    /// `len` bytes at `offset` of `page`, for a [`PageOwner`] that owns the page.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` if the bytes are not inside the page or `len` is 0.
     pub fn from_page(page: &Page, offset: usize, len: usize) -> Result<Self> {
         let end = offset.checked_add(len).ok_or(EINVAL)?;
         if len == 0 || end > PAGE_SIZE {
@@ -224,9 +227,16 @@ impl<O: PageOwner> DmaLent<O> {
 
     /// Maps the pages of `owner` for the device to read, if it has at most `max` segments
     /// (and [`MAX_LENT`]): a caller that gathers them into one work request passes what its
-    /// QP's SGEs allow. `EBUSY` while another owner is lent, `E2BIG` if it has more segments,
-    /// `EINVAL` if it has none or reports an empty one, `ENOMEM` if a mapping fails; the owner
-    /// comes back with the error, nothing mapped.
+    /// QP's SGEs allow.
+    ///
+    /// # Errors
+    ///
+    /// The owner comes back with the error, nothing mapped:
+    ///
+    /// - `EBUSY` while another owner is lent.
+    /// - What [`PageOwner::segments`] returns: `E2BIG` if the owner has more segments.
+    /// - `EINVAL` if it has none or reports an empty one.
+    /// - `ENOMEM` if a mapping fails.
     pub fn lend(&mut self, owner: O, max: usize) -> Result<(), (Error, O)> {
         if self.owner.is_some() {
             return Err((EBUSY, owner));

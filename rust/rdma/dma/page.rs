@@ -81,8 +81,11 @@ pub(super) fn pieces(
 /// Copies `src` into `pages` (taken end to end) at `offset`: how a storage target fills the
 /// pages of an [`RwCtx`](crate::rdma::rw::RwCtx) it is about to WRITE to a peer. The pages
 /// are the caller's alone (`&mut`): no device and no peer reaches them until they go to a
-/// context or a mapping, which takes them, so the copy is an ordinary one. `EINVAL` if `src`
-/// is empty or does not fit.
+/// context or a mapping, which takes them, so the copy is an ordinary one.
+///
+/// # Errors
+///
+/// `EINVAL` if `src` is empty or does not fit in the pages from `offset` on.
 pub fn copy_to_pages(pages: &mut [Page], offset: usize, src: &[u8]) -> Result {
     let from = src.as_ptr().cast_mut();
     pieces(pages, usize::MAX, offset, src.len(), |page, at, r| {
@@ -94,8 +97,11 @@ pub fn copy_to_pages(pages: &mut [Page], offset: usize, src: &[u8]) -> Result {
 
 /// Copies from `pages` (taken end to end) at `offset` into `dst`: the data an
 /// [`RwCtx`](crate::rdma::rw::RwCtx) READ brought, once [`RwCtx::into_pages`] gave the pages
-/// back (unmapped: the device is done with them), so the copy is an ordinary one. `EINVAL` if
-/// `dst` is empty or the range does not lie inside.
+/// back (unmapped: the device is done with them), so the copy is an ordinary one.
+///
+/// # Errors
+///
+/// `EINVAL` if `dst` is empty or the range does not lie inside the pages.
 ///
 /// [`RwCtx::into_pages`]: crate::rdma::rw::RwCtx::into_pages
 pub fn copy_from_pages(pages: &[Page], offset: usize, dst: &mut [u8]) -> Result {
@@ -136,7 +142,12 @@ pub struct DmaPage<D: Direction = Bidirectional> {
 }
 
 impl DmaPage<Bidirectional> {
-    /// Allocates a zeroed page and maps it both ways; `ENOMEM` if either fails.
+    /// Allocates a zeroed page and maps it both ways. Sleeps (allocates with `GFP_KERNEL`).
+    ///
+    /// # Errors
+    ///
+    /// - `ENOMEM` if the allocation or the mapping fails.
+    /// - `EAGAIN` in atomic context.
     pub fn new(pd: &Arc<Pd>) -> Result<Self> {
         sleepable()?;
         let page = Page::alloc_page(GFP_KERNEL | __GFP_ZERO)?;
@@ -145,7 +156,11 @@ impl DmaPage<Bidirectional> {
 }
 
 impl<D: Direction> DmaPage<D> {
-    /// Maps the caller's `page` in direction `D`; `ENOMEM` (with the page) if that fails.
+    /// Maps the caller's `page` in direction `D`.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM` if the mapping fails; the page comes back with it.
     pub fn from_page(pd: &Arc<Pd>, page: Page) -> Result<Self, (Error, Page)> {
         let dev = pd.device().as_raw();
         // SAFETY: `page` is an allocated page that outlives the mapping (unmapped in `drop` or
@@ -200,6 +215,9 @@ impl<D: Direction> DmaPage<D> {
     }
 
     /// Copies `dst.len()` bytes at `offset` out of the page, after syncing it for the CPU.
+    ///
+    /// # Errors
+    ///
     /// `EINVAL` if the range is empty or not inside the page.
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result {
         let r = span(offset, dst.len(), PAGE_SIZE)?;
@@ -217,8 +235,11 @@ impl<D: Direction> DmaPage<D> {
         Ok(())
     }
 
-    /// Copies `src` into the page at `offset`, then syncs it for the device. `EINVAL` if the
-    /// range is empty or not inside the page.
+    /// Copies `src` into the page at `offset`, then syncs it for the device.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` if the range is empty or not inside the page.
     pub fn write(&mut self, offset: usize, src: &[u8]) -> Result {
         let r = span(offset, src.len(), PAGE_SIZE)?;
         self.sync(false);

@@ -68,9 +68,13 @@ unsafe impl<D: Direction> Sync for DmaSg<D> {}
 
 impl DmaSg<Bidirectional> {
     /// Allocates `pages` zeroed pages, gathers them in a scatterlist and maps it both ways.
+    /// May sleep.
     ///
-    /// `EINVAL` for zero pages or more than [`MAX_SG_PAGES`]; `ENOMEM` when an allocation or
-    /// the mapping fails. May sleep.
+    /// # Errors
+    ///
+    /// - `EINVAL` for zero pages or more than [`MAX_SG_PAGES`].
+    /// - `ENOMEM` when an allocation or the mapping fails.
+    /// - `EAGAIN` in atomic context.
     pub fn new(pd: &Arc<Pd>, pages: usize) -> Result<Self> {
         sleepable()?;
         if pages == 0 || pages > MAX_SG_PAGES {
@@ -109,8 +113,15 @@ pub(crate) fn page_table(pages: &[Page], len: usize) -> Result<KBox<Opaque<bindi
 
 impl<D: Direction> DmaSg<D> {
     /// Gathers the caller's `pages` in a scatterlist and maps it in direction `D`, without
-    /// copying. `EINVAL` for no pages or more than [`MAX_SG_PAGES`], `ENOMEM` when the table
-    /// or the mapping cannot be made; the pages come back with the error. May sleep.
+    /// copying. May sleep.
+    ///
+    /// # Errors
+    ///
+    /// The pages come back with the error:
+    ///
+    /// - `EINVAL` for no pages or more than [`MAX_SG_PAGES`].
+    /// - `ENOMEM` when the table or the mapping cannot be made.
+    /// - `EAGAIN` in atomic context.
     pub fn from_pages(pd: &Arc<Pd>, pages: KVec<Page>) -> Result<Self, (Error, KVec<Page>)> {
         let n = pages.len();
         if let Err(e) = sleepable() {
@@ -207,8 +218,11 @@ impl<D: Direction> DmaSg<D> {
     }
 
     /// Copies `dst.len()` bytes from `offset` into `dst`, after syncing for the CPU, with
-    /// volatile reads (the pages may belong to a registered memory region). `EINVAL` if the
-    /// range is empty or not inside.
+    /// volatile reads (the pages may belong to a registered memory region).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` if the range is empty or not inside the pages.
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result {
         self.sync(false);
         let out = dst.as_mut_ptr();
@@ -218,8 +232,11 @@ impl<D: Direction> DmaSg<D> {
         })
     }
 
-    /// Copies `src` to `offset` with volatile writes, then syncs for the device. `EINVAL` if
-    /// the range is empty or not inside.
+    /// Copies `src` to `offset` with volatile writes, then syncs for the device.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` if the range is empty or not inside the pages.
     pub fn write(&mut self, offset: usize, src: &[u8]) -> Result {
         self.sync(false);
         let from = src.as_ptr().cast_mut();

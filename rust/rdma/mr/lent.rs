@@ -162,7 +162,13 @@ impl<O: PageOwner> LentMr<O> {
     /// Allocates an MR for up to `max_pages` pages (`ib_alloc_mr`), with a scatterlist of as
     /// many entries, lending nothing yet. May sleep.
     ///
-    /// `EINVAL` for zero pages or more than the device's `max_fast_reg_page_list_len`.
+    /// # Errors
+    ///
+    /// - `EINVAL` for zero pages or more than the device's `max_fast_reg_page_list_len`.
+    /// - `EAGAIN` in atomic context.
+    /// - `ENOMEM` when an allocation fails.
+    /// - `EOPNOTSUPP` when the device has no fast-registration MRs (no `alloc_mr`).
+    /// - Otherwise what the driver's `alloc_mr` returns.
     pub fn new(pd: &Arc<Pd>, max_pages: u32) -> Result<Self> {
         let keys = Keys::alloc(pd, max_pages)?;
         let mut segs = KVec::with_capacity(max_pages as usize, GFP_KERNEL)?;
@@ -193,12 +199,19 @@ impl<O: PageOwner> LentMr<O> {
     ///
     /// `access` says what the peer may do: reading only maps the pages toward the device;
     /// writing (or atomics) needs an owner that allows it ([`PageOwner::device_may_write`]),
-    /// and `reg_mr` refuses anything more than `access`. Errors, with the owner back and
-    /// nothing mapped: `EBUSY` while pages are lent or a registration is live; `E2BIG` for
-    /// more segments than the MR's pages; `EINVAL` for no segments, an empty one, writes the
-    /// owner does not allow, or pages the MR cannot map as one region (a segment that does not
-    /// start or end on a page boundary in the middle of the list); `ENOMEM` if the DMA
-    /// mapping fails.
+    /// and `reg_mr` refuses anything more than `access`.
+    ///
+    /// # Errors
+    ///
+    /// The owner comes back with the error, nothing mapped:
+    ///
+    /// - `EBUSY` while pages are lent or a registration is live.
+    /// - What [`PageOwner::segments`] returns: `E2BIG` for more segments than the MR's pages.
+    /// - `EINVAL` for no segments, an empty one, writes the owner does not allow, or pages the
+    ///   MR cannot map as one region (a segment that does not start or end on a page boundary
+    ///   in the middle of the list).
+    /// - `ENOMEM` if the DMA mapping fails.
+    /// - `EOPNOTSUPP` when the device cannot map MRs, or what its `map_mr_sg` returns.
     pub fn lend(&mut self, owner: O, access: Access) -> Result<(), (Error, O)> {
         let raw = self.raw.get_mut();
         if raw.pages.lent.is_some() || raw.keys.is_registered() {
@@ -276,12 +289,16 @@ impl<O: PageOwner> LentMr<O> {
 
     /// Unmaps the pages and gives their owner back, if no registration of them is live: never
     /// registered since [`LentMr::lend`], or invalidated since (by the peer, recorded with
-    /// [`Region::apply_invalidation`], or by a LOCAL_INV). `EBUSY` while registered (the
-    /// owner then goes only with the MR, after its deregistration), `EINVAL` if nothing is
-    /// lent.
+    /// [`Region::apply_invalidation`], or by a LOCAL_INV).
     ///
     /// A LOCAL_INV counts from its post on: the request owns the MR until it completes, but a
     /// flushed one did not run, and the MR must then be dropped, not taken back from.
+    ///
+    /// # Errors
+    ///
+    /// - `EBUSY` while registered (the owner then goes only with the MR, after its
+    ///   deregistration).
+    /// - `EINVAL` if nothing is lent.
     pub fn take_back(&mut self) -> Result<O> {
         if self.is_registered() {
             return Err(EBUSY);

@@ -267,24 +267,36 @@ impl Drop for QpInner {
 impl<S: State> Qp<S> {
     /// Stops the QP for good and waits until every posted request has come back to its owner
     /// (`ib_drain_qp`); posts fail with `ESHUTDOWN` from now on. Concurrent callers all return
-    /// once the drain is over. Dropping the QP drains it too. Sleeps: `EAGAIN` in atomic
-    /// context or in a handler of one of the QP's CQs, where it would wait for itself.
+    /// once the drain is over. Dropping the QP drains it too. Sleeps.
+    ///
+    /// # Errors
+    ///
+    /// `EAGAIN` in atomic context or in a handler of one of the QP's CQs, where it would wait
+    /// for itself.
     pub fn drain(&self) -> Result {
         self.inner.drain(Queues::Both)
     }
 
     /// Stops the QP (it moves to the error state; posts fail with `ESHUTDOWN`) and waits until
     /// every send request has come back to its owner (`ib_drain_sq`). Receives still
-    /// outstanding complete, flushed, on their own (a UD QP is drained whole). Sleeps: `EAGAIN`
-    /// where [`Qp::drain`] would refuse.
+    /// outstanding complete, flushed, on their own (a UD QP is drained whole). Sleeps.
+    ///
+    /// # Errors
+    ///
+    /// `EAGAIN` where [`Qp::drain`] would refuse.
     pub fn drain_sq(&self) -> Result {
         self.inner.drain(Queues::Send)
     }
 
     /// Stops the QP (it moves to the error state; posts fail with `ESHUTDOWN`) and waits until
     /// every receive request has come back to its owner (`ib_drain_rq`; a UD QP is drained
-    /// whole). `EINVAL` for a QP that takes its receives from an SRQ, whose receives are not the
-    /// QP's to drain; `EAGAIN` where [`Qp::drain`] would refuse. Sleeps.
+    /// whole). Sleeps.
+    ///
+    /// # Errors
+    ///
+    /// - `EINVAL` for a QP that takes its receives from an SRQ, whose receives are not the
+    ///   QP's to drain.
+    /// - `EAGAIN` where [`Qp::drain`] would refuse.
     pub fn drain_rq(&self) -> Result {
         if self.inner.srq().is_some() {
             return Err(EINVAL);

@@ -24,10 +24,17 @@ pub const MAX_GROUPS: usize = 8;
 impl<S: State> Qp<S> {
     /// Attaches this UD QP to multicast group `mgid` (`ib_attach_mcast`; `mlid` is the group's
     /// LID on InfiniBand, 0 on RoCE). The QP must be ready to receive and use the group's Q_Key.
+    /// May sleep.
     ///
-    /// `EINVAL` for an RC QP or a GID that is not a multicast address, `EBUSY` for a group the
-    /// QP is attached to already, `ENOSPC` beyond [`MAX_GROUPS`]; what the driver answers
-    /// otherwise. May sleep.
+    /// # Errors
+    ///
+    /// - `EINVAL` for an RC QP or a GID that is not a multicast address.
+    /// - `EBUSY` for a group the QP is attached to already.
+    /// - `ENOSPC` beyond [`MAX_GROUPS`].
+    /// - `EAGAIN` in atomic context.
+    /// - `ENOMEM` when an allocation fails.
+    /// - `EOPNOTSUPP` when the device has no multicast, or what the driver's `attach_mcast`
+    ///   returns.
     pub fn attach_mcast(&self, mgid: &Gid, mlid: u16) -> Result {
         sleepable()?;
         let inner = &*self.inner;
@@ -51,7 +58,13 @@ impl<S: State> Qp<S> {
     }
 
     /// Detaches this QP from group `mgid` (`ib_detach_mcast`): datagrams sent to the group no
-    /// longer arrive here. `EINVAL` for a group the QP is not attached to. May sleep.
+    /// longer arrive here. May sleep.
+    ///
+    /// # Errors
+    ///
+    /// - `EINVAL` for a group the QP is not attached to.
+    /// - `EAGAIN` in atomic context.
+    /// - Otherwise what the driver's `detach_mcast` returns (the QP then stays attached).
     pub fn detach_mcast(&self, mgid: &Gid, mlid: u16) -> Result {
         sleepable()?;
         let inner = &*self.inner;

@@ -60,6 +60,12 @@ pub struct QpAttr {
 
 impl<S: State> Qp<S> {
     /// Queries every attribute the device has of the QP (`ib_query_qp`). May sleep.
+    ///
+    /// # Errors
+    ///
+    /// - `EAGAIN` in atomic context.
+    /// - `EOPNOTSUPP` when the device cannot query QPs.
+    /// - Otherwise what the driver's `query_qp` returns.
     pub fn query(&self) -> Result<QpAttr> {
         sleepable()?;
         let mut a = zeroed_attr();

@@ -121,8 +121,17 @@ impl QpInner {
 
 impl Qp<Reset> {
     /// Moves an RC QP to Init on `port`, granting peers `access` to this QP's memory
-    /// (`ib_modify_qp`). `EINVAL` for a UD QP, a port outside the device, or another port than
-    /// [`QpCaps::port`](super::QpCaps::port) when the QP was made for `rdma_ctxs`.
+    /// (`ib_modify_qp`). May sleep.
+    ///
+    /// # Errors
+    ///
+    /// The transition consumes the QP: on any error it is dropped (destroyed).
+    ///
+    /// - `EINVAL` for a UD QP, a QP created on a connection manager id (the CM moves it), a
+    ///   port outside the device, or another port than [`QpCaps::port`](super::QpCaps::port)
+    ///   when the QP was made for `rdma_ctxs`.
+    /// - `EAGAIN` in atomic context.
+    /// - Otherwise what `ib_modify_qp` answers (the driver's `modify_qp`).
     pub fn to_init(self, port: u32, access: Access) -> Result<Qp<Init>> {
         if self.inner.qp_type != QpType::Rc {
             return Err(EINVAL);
@@ -133,8 +142,16 @@ impl Qp<Reset> {
         })
     }
 
-    /// Moves a UD QP to Init on `port`, accepting datagrams sent with `qkey`. `EINVAL` for an
-    /// RC QP or a port outside the device.
+    /// Moves a UD QP to Init on `port`, accepting datagrams sent with `qkey`. May sleep.
+    ///
+    /// # Errors
+    ///
+    /// The transition consumes the QP: on any error it is dropped (destroyed).
+    ///
+    /// - `EINVAL` for an RC QP, a QP created on a connection manager id, or a port outside
+    ///   the device.
+    /// - `EAGAIN` in atomic context.
+    /// - Otherwise what `ib_modify_qp` answers.
     pub fn to_init_ud(self, port: u32, qkey: u32) -> Result<Qp<Init>> {
         if self.inner.qp_type != QpType::Ud {
             return Err(EINVAL);
@@ -174,8 +191,20 @@ impl Qp<Reset> {
 
 impl Qp<Init> {
     /// Moves an RC QP to Ready to Receive, connected to `peer` (`ib_modify_qp` with an address
-    /// vector; on RoCE the core resolves the peer's MAC). `EINVAL` for a UD QP;
-    /// `EOPNOTSUPP` on a port that is not RoCE (InfiniBand needs LIDs from a subnet manager).
+    /// vector; the peer's MAC is resolved here first). Sleeps.
+    ///
+    /// # Errors
+    ///
+    /// The transition consumes the QP: on any error it is dropped (destroyed).
+    ///
+    /// - `EINVAL` for a UD QP or a QP created on a connection manager id, or when no path MTU
+    ///   is given and the port reports none.
+    /// - `EOPNOTSUPP` on a port that is not RoCE (InfiniBand needs LIDs from a subnet manager).
+    /// - `EAGAIN` in atomic context.
+    /// - `ENOENT` when the port has no valid GID to send from.
+    /// - `ETIMEDOUT` when the peer's neighbour entry does not resolve within two seconds, or
+    ///   what the route lookup answers (`ENETUNREACH`, for instance).
+    /// - Otherwise what querying the port or `ib_modify_qp` answers.
     pub fn to_rtr(self, peer: &Endpoint, p: &RcParams) -> Result<Qp<Rtr>> {
         if self.inner.qp_type != QpType::Rc {
             return Err(EINVAL);
@@ -223,12 +252,24 @@ impl Qp<Init> {
         Ok(self.into_state())
     }
 
-    /// RC: [`Qp::to_rtr`] then [`Qp::to_rts`].
+    /// RC: [`Qp::to_rtr`] then [`Qp::to_rts`]. Sleeps.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Qp::to_rtr`] and [`Qp::to_rts`]; the QP is dropped with the error.
     pub fn connect(self, peer: &Endpoint, p: &RcParams) -> Result<Qp<Rts>> {
         self.to_rtr(peer, p)?.to_rts(p)
     }
 
-    /// UD: moves the QP through Ready to Receive to Ready to Send. `EINVAL` for an RC QP.
+    /// UD: moves the QP through Ready to Receive to Ready to Send. May sleep.
+    ///
+    /// # Errors
+    ///
+    /// The transition consumes the QP: on any error it is dropped (destroyed).
+    ///
+    /// - `EINVAL` for an RC QP or a QP created on a connection manager id.
+    /// - `EAGAIN` in atomic context.
+    /// - Otherwise what `ib_modify_qp` answers.
     pub fn ready_ud(self) -> Result<Qp<Rts>> {
         if self.inner.qp_type != QpType::Ud {
             return Err(EINVAL);
@@ -251,8 +292,14 @@ impl Qp<Init> {
     /// A QP created on a CM id, once the CM has made it ready to send: after
     /// [`Event::Established`](crate::rdma::cm::Event::Established) for RC (the CM moves it
     /// through Ready to Receive on connect or accept), at once for UD. Queries the QP's state
-    /// (may sleep); `EINVAL` for a QP not created on a CM id or not yet ready to send (the QP is
-    /// dropped).
+    /// (may sleep).
+    ///
+    /// # Errors
+    ///
+    /// The QP is dropped with the error:
+    ///
+    /// - `EINVAL` for a QP not created on a CM id, or not yet ready to send.
+    /// - What [`Qp::query`] answers (`EAGAIN` in atomic context, ...).
     pub fn established(self) -> Result<Qp<Rts>> {
         if !self.inner.created_on() || self.query_state()? != QpState::Rts {
             return Err(EINVAL);
@@ -262,7 +309,14 @@ impl Qp<Init> {
 }
 
 impl Qp<Rtr> {
-    /// Moves an RC QP to Ready to Send (`ib_modify_qp`).
+    /// Moves an RC QP to Ready to Send (`ib_modify_qp`). May sleep.
+    ///
+    /// # Errors
+    ///
+    /// The transition consumes the QP: on any error it is dropped (destroyed).
+    ///
+    /// - `EAGAIN` in atomic context.
+    /// - Otherwise what `ib_modify_qp` answers.
     pub fn to_rts(self, p: &RcParams) -> Result<Qp<Rts>> {
         sleepable()?;
         let dev = self.pd().device();
@@ -289,13 +343,22 @@ impl Qp<Rtr> {
 
 impl<S: State> Qp<S> {
     /// Queries the state the device has the QP in (`ib_query_qp`). May sleep.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Qp::query`].
     pub fn query_state(&self) -> Result<QpState> {
         Ok(self.query()?.state)
     }
 
     /// Moves the QP to the error state: every outstanding request completes with
     /// [`WcStatus::WrFlushErr`](crate::rdma::cq::WcStatus::WrFlushErr) and goes back to its
-    /// owner. Sleeps: `EAGAIN` in atomic context.
+    /// owner. Sleeps.
+    ///
+    /// # Errors
+    ///
+    /// - `EAGAIN` in atomic context.
+    /// - Otherwise what `ib_modify_qp` answers.
     pub fn set_error(&self) -> Result {
         sleepable()?;
         self.inner.set_error()

@@ -42,17 +42,28 @@ impl Qp<Rts> {
     /// Posts the operations `build` adds, chained, as one send request (`ib_post_send`).
     ///
     /// The operations may name only memory reachable from `T` (see [`wr`](super)); the request
-    /// owns it until its completion. Only the last operation is signaled.
+    /// owns it until its completion. Only the last operation is signaled. Any context but hard
+    /// interrupts (softirq included).
     ///
-    /// On failure the request comes back in the [`PostError`]: `ENOMEM` when the operations do
-    /// not fit in the free send slots, `EINVAL` for no operation, an inline send longer than the
-    /// QP's `max_inline`, more memory pieces in one operation than its `send_sge`, an operation
-    /// the transport does not have (RDMA or atomics on UD, UD sends on RC), memory, a memory
-    /// region or an address handle of another PD, or a request of another module than the QP's
-    /// earlier ones, `ESHUTDOWN` once the QP is drained, `EIO` once a driver failure stopped it.
     /// If the driver takes only part of a chained request (a driver failure, logged), this
     /// returns `Ok`: the QP then refuses further posts with `EIO`, and the request comes back,
-    /// flushed, when the QP is destroyed. Any context but hard interrupts (softirq included).
+    /// flushed, when the QP is destroyed.
+    ///
+    /// # Errors
+    ///
+    /// The request was not posted and comes back in the [`PostError`], with everything it
+    /// owns (`?` on it drops them; match it to keep them):
+    ///
+    /// - What `build` returns: the errors of the [`SendOps`] methods (`EINVAL`), or its own.
+    /// - `ENOMEM` when the operations do not fit in the free send slots.
+    /// - `EINVAL` for no operation, an inline send longer than the QP's `max_inline`, more
+    ///   memory pieces in one operation than its `send_sge`, an operation the transport does
+    ///   not have (RDMA or atomics on UD, UD sends on RC), an R/W context of another QP, or a
+    ///   request of another module than the QP's earlier ones.
+    /// - `EOPNOTSUPP` for an operation only iWARP has ([`SendOps::read_inv`]) on another port.
+    /// - `ESHUTDOWN` once the QP is drained.
+    /// - `EIO` once a driver failure stopped the QP.
+    /// - Otherwise what the driver's `post_send` returns for the first operation.
     pub fn post_send<T: Completion>(
         &self,
         wr: Wr<T>,
@@ -106,13 +117,20 @@ impl Qp<Rts> {
 
 impl<S: CanRecv> Qp<S> {
     /// Posts a receive (`ib_post_recv`). `build` names its memory, which must be reachable from
-    /// `T` alone (see [`wr`](super)).
+    /// `T` alone (see [`wr`](super)). Any context but hard interrupts.
     ///
-    /// On failure the request comes back in the [`PostError`]: `ENOMEM` when `recv_depth`
-    /// receives are outstanding, `EINVAL` for an empty scatter list, more entries than the
-    /// QP takes, memory of another PD, a request of another module than the QP's earlier ones,
-    /// or a QP that takes its receives from an SRQ, `ESHUTDOWN` once the QP is drained. Any
-    /// context but hard interrupts.
+    /// # Errors
+    ///
+    /// The request was not posted and comes back in the [`PostError`], with everything it
+    /// owns (`?` on it drops them; match it to keep them):
+    ///
+    /// - What `build` returns: the errors of [`RecvOps::buf`] (`EINVAL`), or its own.
+    /// - `ENOMEM` when `recv_depth` receives are outstanding.
+    /// - `EINVAL` for an empty scatter list, more entries than the QP takes, a request of
+    ///   another module than the QP's earlier ones, or a QP that takes its receives from an
+    ///   SRQ.
+    /// - `ESHUTDOWN` once the QP is drained.
+    /// - Otherwise what the driver's `post_recv` returns.
     pub fn post_recv<T: Completion>(
         &self,
         wr: Wr<T>,
@@ -148,12 +166,20 @@ impl<S: CanRecv> Qp<S> {
 
 impl Srq {
     /// Posts a receive on the SRQ (`ib_post_srq_recv`); whichever attached QP takes it
-    /// completes it. `build` names its memory, which must be reachable from `T` alone.
+    /// completes it. `build` names its memory, which must be reachable from `T` alone. Any
+    /// context but hard interrupts.
     ///
-    /// On failure the request comes back in the [`PostError`]: `ENOMEM` when `depth` receives
-    /// are outstanding, `EINVAL` for an empty scatter list, more than `sge` entries, memory of
-    /// another PD or a request of another module than the SRQ's earlier ones, `ESHUTDOWN` once
-    /// the SRQ is being destroyed. Any context but hard interrupts.
+    /// # Errors
+    ///
+    /// The request was not posted and comes back in the [`PostError`], with everything it
+    /// owns (`?` on it drops them; match it to keep them):
+    ///
+    /// - What `build` returns: the errors of [`RecvOps::buf`] (`EINVAL`), or its own.
+    /// - `ENOMEM` when `depth` receives are outstanding.
+    /// - `EINVAL` for an empty scatter list, more than `sge` entries, or a request of another
+    ///   module than the SRQ's earlier ones.
+    /// - `ESHUTDOWN` once the SRQ is being destroyed.
+    /// - Otherwise what the driver's `post_srq_recv` returns.
     pub fn post_recv<T: Completion>(
         &self,
         wr: Wr<T>,

@@ -35,9 +35,13 @@ impl<'a> RecvOps<'a> {
     }
 
     /// Appends `range` of `dst` to the scatter list. For UD the first
-    /// [`GRH_LEN`](super::GRH_LEN) bytes of the message are the GRH. `EINVAL` for an empty or
-    /// out-of-bounds range, memory of another PD than the QP's, or more than
-    /// [`MAX_RECV_SGE`] entries.
+    /// [`GRH_LEN`](super::GRH_LEN) bytes of the message are the GRH.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` for an empty or out-of-bounds range, memory of another PD than the QP's (or
+    /// SRQ's), or more than [`MAX_RECV_SGE`] entries. The queue's own limit (`recv_sge`) is
+    /// checked when posting.
     pub fn buf<M: Scatter + ?Sized>(
         &mut self,
         dst: &'a mut M,

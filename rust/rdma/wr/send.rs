@@ -228,6 +228,14 @@ impl<'a> SendOps<'a> {
     }
 
     /// SEND `range` of `src`.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` when `range` is empty or not inside `src`, `src` is mapped for another PD than the
+    /// QP's, or the request is full ([`MAX_OPS`] operations, [`MAX_SGE`] pieces). What depends on
+    /// the QP is checked when posting ([`Qp::post_send`]).
+    ///
+    /// [`Qp::post_send`]: crate::rdma::qp::Qp::post_send
     pub fn send<M: Gather + ?Sized>(
         &mut self,
         src: &'a M,
@@ -239,6 +247,14 @@ impl<'a> SendOps<'a> {
 
     /// SEND `range` of `src` with 32 bits of immediate data, delivered in the receiver's
     /// [`Wc::imm_data`](crate::rdma::cq::Wc::imm_data).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` when `range` is empty or not inside `src`, `src` is mapped for another PD than the
+    /// QP's, or the request is full ([`MAX_OPS`] operations, [`MAX_SGE`] pieces). What depends on
+    /// the QP is checked when posting ([`Qp::post_send`]).
+    ///
+    /// [`Qp::post_send`]: crate::rdma::qp::Qp::post_send
     pub fn send_imm<M: Gather + ?Sized>(
         &mut self,
         src: &'a M,
@@ -266,7 +282,15 @@ impl<'a> SendOps<'a> {
     }
 
     /// Adds `range` of `src` to the memory the last operation (a SEND, RDMA WRITE or UD SEND)
-    /// sends: one message from several pieces. `EINVAL` after any other operation.
+    /// sends: one message from several pieces.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` after any other operation (or none), when `range` is empty or not inside `src`,
+    /// `src` is mapped for another PD than the QP's, or the request has [`MAX_SGE`] pieces already.
+    /// The QP's `send_sge` is checked when posting ([`Qp::post_send`]).
+    ///
+    /// [`Qp::post_send`]: crate::rdma::qp::Qp::post_send
     pub fn gather<M: Gather + ?Sized>(
         &mut self,
         src: &'a M,
@@ -276,7 +300,14 @@ impl<'a> SendOps<'a> {
     }
 
     /// Adds `range` of `dst` to the memory the last operation (an RDMA READ) reads into.
-    /// `EINVAL` after any other operation.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` after any other operation (or none), when `range` is empty or not inside `dst`,
+    /// `dst` is mapped for another PD than the QP's, or the request has [`MAX_SGE`] pieces already.
+    /// The QP's `send_sge` is checked when posting ([`Qp::post_send`]).
+    ///
+    /// [`Qp::post_send`]: crate::rdma::qp::Qp::post_send
     pub fn scatter<M: Scatter + ?Sized>(
         &mut self,
         dst: &'a mut M,
@@ -290,7 +321,14 @@ impl<'a> SendOps<'a> {
     /// arrives, and its receive completion says so ([`Wc::invalidated_rkey`]). How a storage
     /// target answers a command whose buffer it is done with.
     ///
+    /// # Errors
+    ///
+    /// `EINVAL` when `range` is empty or not inside `src`, `src` is mapped for another PD than the
+    /// QP's, or the request is full ([`MAX_OPS`] operations, [`MAX_SGE`] pieces). What depends on
+    /// the QP is checked when posting ([`Qp::post_send`]).
+    ///
     /// [`Wc::invalidated_rkey`]: crate::rdma::cq::Wc::invalidated_rkey
+    /// [`Qp::post_send`]: crate::rdma::qp::Qp::post_send
     pub fn send_inv<M: Gather + ?Sized>(
         &mut self,
         src: &'a M,
@@ -302,8 +340,15 @@ impl<'a> SendOps<'a> {
         Ok(self)
     }
 
-    /// SEND `range` of `buf` inline: the driver copies the bytes at post time. The length must
-    /// not exceed the QP's `max_inline` (checked when posting, `EINVAL`).
+    /// SEND `range` of `buf` inline: the driver copies the bytes at post time.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` when `range` is empty or not inside `buf`, `buf` is mapped for another PD than the
+    /// QP's, or the request is full ([`MAX_OPS`] operations, [`MAX_SGE`] pieces). A length above
+    /// the QP's `max_inline` is refused when posting ([`Qp::post_send`], `EINVAL`).
+    ///
+    /// [`Qp::post_send`]: crate::rdma::qp::Qp::post_send
     pub fn send_inline<D: DeviceReads>(
         &mut self,
         buf: &'a DmaBuf<D>,
@@ -322,6 +367,15 @@ impl<'a> SendOps<'a> {
 
     /// UD: SEND `range` of `src` to QP `qpn` (with `qkey`) at the address `ah`, which must be
     /// on the QP's PD.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` when `range` is empty or not inside `src`, `src` is mapped for another PD than the
+    /// QP's or `ah` is on another PD, or the request is full ([`MAX_OPS`] operations, [`MAX_SGE`]
+    /// pieces). What depends on the QP is checked when posting ([`Qp::post_send`]). An RC QP
+    /// refuses the operation there.
+    ///
+    /// [`Qp::post_send`]: crate::rdma::qp::Qp::post_send
     pub fn send_ud<M: Gather + ?Sized>(
         &mut self,
         src: &'a M,
@@ -336,6 +390,10 @@ impl<'a> SendOps<'a> {
 
     /// UD: [`SendOps::send_ud`] with 32 bits of immediate data, delivered in the receiver's
     /// [`Wc::imm_data`](crate::rdma::cq::Wc::imm_data).
+    ///
+    /// # Errors
+    ///
+    /// Those of [`SendOps::send_ud`].
     pub fn send_ud_imm<M: Gather + ?Sized>(
         &mut self,
         src: &'a M,
@@ -376,6 +434,14 @@ impl<'a> SendOps<'a> {
     }
 
     /// RDMA WRITE `range` of `src` to `remote`.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` when `range` is empty or not inside `src`, `src` is mapped for another PD than the
+    /// QP's, or the request is full ([`MAX_OPS`] operations, [`MAX_SGE`] pieces). What depends on
+    /// the QP is checked when posting ([`Qp::post_send`]). A UD QP refuses the operation there.
+    ///
+    /// [`Qp::post_send`]: crate::rdma::qp::Qp::post_send
     pub fn write<M: Gather + ?Sized>(
         &mut self,
         src: &'a M,
@@ -392,6 +458,13 @@ impl<'a> SendOps<'a> {
     /// remote write access, which rdma_cm gives every RC QP). A keep-alive: it completes while
     /// the peer lives and fails with `RetryExcErr` once it is gone, after the QP's retries.
     /// RC only.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` when the request has [`MAX_OPS`] operations already. A UD QP refuses the operation
+    /// when posting ([`Qp::post_send`]).
+    ///
+    /// [`Qp::post_send`]: crate::rdma::qp::Qp::post_send
     pub fn keepalive(&mut self) -> Result<&mut Self> {
         let op = self.push(bindings::ib_wr_opcode_IB_WR_RDMA_WRITE, List::Fixed)?;
         set_remote(&mut op.wr, Remote { addr: 0, rkey: 0 });
@@ -400,6 +473,10 @@ impl<'a> SendOps<'a> {
 
     /// RDMA WRITE `range` of `src` to `remote`, then consume a receive at the peer, whose
     /// completion carries `imm`.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`SendOps::write`].
     pub fn write_imm<M: Gather + ?Sized>(
         &mut self,
         src: &'a M,
@@ -415,6 +492,14 @@ impl<'a> SendOps<'a> {
 
     /// RDMA READ from `remote` into `range` of `dst`, which the request alone may reach until it
     /// completes.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` when `range` is empty or not inside `dst`, `dst` is mapped for another PD than the
+    /// QP's, or the request is full ([`MAX_OPS`] operations, [`MAX_SGE`] pieces). What depends on
+    /// the QP is checked when posting ([`Qp::post_send`]). A UD QP refuses the operation there.
+    ///
+    /// [`Qp::post_send`]: crate::rdma::qp::Qp::post_send
     pub fn read<M: Scatter + ?Sized>(
         &mut self,
         dst: &'a mut M,
@@ -455,6 +540,15 @@ impl<'a> SendOps<'a> {
     /// Atomic compare-and-swap of the 8 aligned bytes at `remote`: if they equal `compare`
     /// they become `swap`. Their previous value lands in `result[offset..offset + 8]`, in the
     /// byte order of the responder's memory (host order between hosts of one endianness).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` when `remote.addr` or `offset` is not a multiple of 8, the 8 bytes at `offset` are
+    /// not inside `result`, `result` is mapped for another PD than the QP's, or the request is full
+    /// ([`MAX_OPS`] operations, [`MAX_SGE`] pieces). A UD QP refuses the operation when posting
+    /// ([`Qp::post_send`]).
+    ///
+    /// [`Qp::post_send`]: crate::rdma::qp::Qp::post_send
     pub fn compare_swap<M: Scatter + ?Sized>(
         &mut self,
         result: &'a mut M,
@@ -475,6 +569,10 @@ impl<'a> SendOps<'a> {
 
     /// Atomic fetch-and-add of `add` to the 8 aligned bytes at `remote`; their previous value
     /// lands in `result[offset..offset + 8]`.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`SendOps::compare_swap`].
     pub fn fetch_add<M: Scatter + ?Sized>(
         &mut self,
         result: &'a mut M,
@@ -501,7 +599,11 @@ impl<'a> SendOps<'a> {
 
     /// Invalidate `mr`'s rkey locally (`IB_WR_LOCAL_INV`): remote access with it fails once
     /// this operation has executed, and the MR counts as unregistered from the post on.
-    /// `EINVAL` for an MR of another PD.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` for an MR of another PD than the QP's, or when the request has [`MAX_OPS`]
+    /// operations already.
     pub fn local_inv<R: Region + ?Sized>(&mut self, mr: &'a R) -> Result<&mut Self> {
         let keys = mr.keys();
         self.pd.check(keys.pd())?;
@@ -512,9 +614,16 @@ impl<'a> SendOps<'a> {
     }
 
     /// RDMA READ from `remote` into all of `mr`'s memory, then invalidate `mr`
-    /// (`IB_WR_RDMA_READ_WITH_INV`). Only iWARP devices have it: `EOPNOTSUPP` when posted on
-    /// another port (soft-RoCE takes the opcode but does not invalidate), `EINVAL` for an MR
-    /// that is not registered or of another PD.
+    /// (`IB_WR_RDMA_READ_WITH_INV`). Only iWARP devices have it (soft-RoCE takes the opcode
+    /// but does not invalidate).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` for an MR that is not registered or of another PD than the QP's, or when the
+    /// request is full ([`MAX_OPS`] operations, [`MAX_SGE`] pieces). Posting on a port that is not
+    /// iWARP fails with `EOPNOTSUPP` ([`Qp::post_send`]).
+    ///
+    /// [`Qp::post_send`]: crate::rdma::qp::Qp::post_send
     pub fn read_inv(&mut self, mr: &'a mut Mr, remote: Remote) -> Result<&mut Self> {
         let mr: &'a Mr = mr;
         if !mr.is_registered() {
@@ -537,12 +646,17 @@ impl<'a> SendOps<'a> {
     }
 
     /// Registers `mr` (an [`Mr`] mapped with [`Mr::map`] or [`Mr::map_sg`], a [`LentMr`] with
-    /// pages lent; `EINVAL` if not, if it is on another PD than the QP's, or if `access` lets
-    /// the peer write pages their owner only lent for reading) for `access` under its current
-    /// keys (`IB_WR_REG_MR`). Local write access is always included: the device needs it for
-    /// remote writes. `EBUSY` while the MR is still registered: invalidate it first (locally,
-    /// or by the peer), then bump its key ([`Region::bump_key`]) so that the old rkey stays dead.
-    /// The MR counts as registered from the post on.
+    /// pages lent) for `access` under its current keys (`IB_WR_REG_MR`). Local write access is
+    /// always included: the device needs it for remote writes. The MR counts as registered
+    /// from the post on.
+    ///
+    /// # Errors
+    ///
+    /// - `EINVAL` if `mr` maps nothing, is on another PD than the QP's, or `access` lets the peer
+    ///   write pages their owner only lent for reading; or when the request has [`MAX_OPS`]
+    ///   operations already.
+    /// - `EBUSY` while the MR is still registered: invalidate it first (locally, or by the peer),
+    ///   then bump its key ([`Region::bump_key`]) so that the old rkey stays dead.
     ///
     /// [`LentMr`]: super::super::mr::LentMr
     pub fn reg_mr<R: Region + ?Sized>(&mut self, mr: &'a R, access: Access) -> Result<&mut Self> {

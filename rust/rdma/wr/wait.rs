@@ -86,6 +86,10 @@ pub struct Pending<T: Send + 'static> {
 
 impl<T: Send + 'static> Waited<T> {
     /// Allocates a request owning `data`, and the handle that waits for its completion.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Wr::new`] (`ENOMEM`, `ENOSPC`); `data` is dropped with the error.
     pub fn new(data: T, flags: Flags) -> Result<(Wr<Self>, Pending<T>)> {
         let slot = Arc::pin_init(
             pin_init!(Slot {
@@ -120,9 +124,13 @@ impl<T: Send + 'static> Completion for Waited<T> {
 
 impl<T: Send + 'static> Pending<T> {
     /// Sleeps until the request completes, at most `ms` milliseconds, and returns its data
-    /// and completion, whatever its status (check [`Wc::is_ok`]). `ETIMEDOUT` if it has not
-    /// completed by then; the request then stays with the device and its data is dropped
-    /// when it completes. Process context only.
+    /// and completion, whatever its status (check [`Wc::is_ok`]). Process context only.
+    ///
+    /// # Errors
+    ///
+    /// - `ETIMEDOUT` if the request has not completed by then; it stays with the device, and
+    ///   its data is dropped when it completes.
+    /// - `EAGAIN` in atomic context.
     pub fn wait(self, ms: u32) -> Result<(T, Wc)> {
         sleepable()?;
         self.slot.sig.wait_timeout(ms)?;

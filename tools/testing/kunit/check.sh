@@ -3,6 +3,7 @@
 # Static checks of the project's Rust code (`make check`):
 #  - rustfmt, with the kernel tree's .rustfmt.toml (what `make rustfmtcheck` uses);
 #  - `bindings::` only inside rust/rdma;
+#  - rust/rdma/rdma.rs declares its modules bottom up (imports.py --order);
 #  - clippy (the kernel's CLIPPY=1) on kernel::rdma, the modules and the sample: no warning
 #    in this project's files;
 #  - compile_fail/: code the types of kernel::rdma must refuse, refused with the error
@@ -30,6 +31,13 @@ fi
 log "bindings:: outside rust/rdma"
 if grep -n 'bindings::' "${rs[@]}" | grep -v '^rust/rdma/'; then
 	echo "check: the lines above use bindings:: outside rust/rdma" >&2
+	fail=1
+fi
+
+log "module order of kernel::rdma"
+if ! python3 "$KUNIT_DIR/imports.py" rust/rdma rdma crate::rdma --order > "$LOGS/imports.log" 2>&1; then
+	cat "$LOGS/imports.log" >&2
+	echo "check: rust/rdma/rdma.rs does not declare its modules bottom up (or they import in a cycle)" >&2
 	fail=1
 fi
 

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0
 """The module import graph of a Rust crate laid out as `foo.rs` + `foo/` files.
 
-    imports.py DIR ROOT PREFIX [-v]
+    imports.py DIR ROOT PREFIX [-v] [--order]
 
 DIR holds the crate's files, ROOT is the crate root's file name without `.rs`
 (`ulp_main`, `rdma`), PREFIX how the crate's own paths start (`crate`, or
@@ -14,6 +14,8 @@ its children are one module split into files, and Rust nests that way. Every
 other edge must point down: the graph must have no cycle.
 
 Prints the cycles (or "none"), every edge with -v; exits 1 on a cycle.
+With --order, also checks that the crate root declares its modules bottom up
+(`mod x;` after every module x imports) and exits 1 if not.
 """
 import os
 import re
@@ -135,8 +137,22 @@ def cycles(edges):
     return found
 
 
+def order(edges, root_file):
+    """The top-level modules declared before a module they are imported by."""
+    decl = re.findall(r'^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;', open(root_file, encoding='utf-8').read(), re.M)
+    pos = {m: i for i, m in enumerate(decl)}
+    bad = []
+    for m, deps in edges.items():
+        if not m:
+            continue
+        for d in deps:
+            if d and d[0] != m[0] and pos.get(d[0], -1) > pos.get(m[0], -1):
+                bad.append((m[0], d[0]))
+    return sorted(set(bad))
+
+
 def main():
-    args = [a for a in sys.argv[1:] if a != '-v']
+    args = [a for a in sys.argv[1:] if a not in ('-v', '--order')]
     if len(args) != 3:
         sys.exit(__doc__)
     edges = graph(args[0], args[1], args[2].split('::'))
@@ -149,7 +165,15 @@ def main():
         print(f"{args[0]}: import cycle: {' -> '.join(name(x) for x in comp)}")
     if not found:
         print(f"{args[0]}: no import cycle")
-    sys.exit(1 if found else 0)
+    late = []
+    if '--order' in sys.argv:
+        root_file = os.path.join(args[0], args[1] + '.rs')
+        late = order(edges, root_file)
+        for m, d in late:
+            print(f"{root_file}: `mod {m};` comes before `mod {d};`, which it imports")
+        if not late:
+            print(f"{root_file}: modules declared bottom up")
+    sys.exit(1 if found or late else 0)
 
 
 if __name__ == '__main__':
