@@ -7,13 +7,9 @@
 use crate::registry;
 use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::prelude::*;
-use kernel::rdma::sync::msleep;
+use kernel::rdma::sync::{flush_work, msleep};
 use kernel::sync::Arc;
 use kernel::workqueue::{self, impl_has_work, new_work, Work, WorkItem};
-
-extern "C" {
-    fn rdma_rust_ulp_flush_work(work: *mut core::ffi::c_void);
-}
 
 /// How often the watchdog ticks.
 pub(crate) const TICK_MS: u32 = 500;
@@ -67,7 +63,6 @@ impl Drop for WatchdogGuard {
         self.0.stop.store(true, Ordering::Release);
         // The loop ends within a tick. Waiting for the work function to have returned (not
         // just for a signal it sends) means no code of the module runs for it after this.
-        // SAFETY: The work item is initialised and lives as long as `self.0`, which we hold.
-        unsafe { rdma_rust_ulp_flush_work(Work::raw_get(&raw const self.0.work).cast()) };
+        flush_work(&self.0.work);
     }
 }
