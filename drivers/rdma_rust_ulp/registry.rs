@@ -220,7 +220,7 @@ impl Ulp {
             .cloned()
     }
 
-    /// Ticks what every active run holds besides its QPs (the watchdog; process context),
+    /// Ticks what every active run holds besides its QPs (the keep-alive; process context),
     /// outside the registry's locks.
     pub(crate) fn tick(&self) {
         let Ok(runs) = self.all_runs() else {

@@ -62,7 +62,7 @@ pub(crate) trait Attached: Send + Sync {
     /// Drains and frees what it holds. Process context.
     fn release(&self);
 
-    /// Called every [`crate::watchdog::TICK_MS`] while the run is active (process context):
+    /// Called every [`crate::keepalive::TICK_MS`] while the run is active (process context):
     /// CM connections probe a peer that has gone quiet.
     fn tick(&self) {}
 }

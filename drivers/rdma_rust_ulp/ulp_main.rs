@@ -22,15 +22,15 @@ use kernel::{c_str, ffi::c_char, prelude::*, str::CStr};
 // In dependency order: each module uses only those above it.
 mod cm;
 mod ctl;
+mod keepalive;
 mod registry;
 mod run;
 mod stats;
 mod util;
-mod watchdog;
 
 use ctl::Defaults;
+use keepalive::{Keepalive, KeepaliveGuard};
 use registry::{StateGuard, Ulp, UlpDev};
-use watchdog::{Watchdog, WatchdogGuard};
 
 module! {
     type: RustUlp,
@@ -48,11 +48,11 @@ extern "C" {
 
 struct RustUlp {
     // Dropped in this order: the files `ctl` and `stats` (removing them returns once no
-    // control request or read is running, so none races with the rest), the watchdog (it
+    // control request or read is running, so none races with the rest), the keep-alive (it
     // ticks the runs), the client (its `remove` needs the state and stops and frees every
     // run), then the state.
     _files: Dir,
-    _watchdog: WatchdogGuard,
+    _keepalive: KeepaliveGuard,
     _reg: Registration<UlpClient>,
     _state: StateGuard,
 }
@@ -89,7 +89,12 @@ impl kernel::Module for RustUlp {
         let (defaults, max_runs) = defaults()?;
         let state = Ulp::publish(defaults, max_runs)?;
         let reg = Registration::<UlpClient>::new()?;
-        let watchdog = Watchdog::start()?;
+        // Every active run, ticked: rdma_cm connections probe a peer that has gone quiet.
+        let keepalive = Keepalive::start(|| {
+            if let Ok(u) = registry::ulp() {
+                u.tick();
+            }
+        })?;
         // The files' callbacks use the state published above.
         let files = Dir::new(c_str!("rdma_rust_ulp")).inspect_err(|e| {
             pr_err!("cannot create the debugfs directory: {e:?}\n");
@@ -104,7 +109,7 @@ impl kernel::Module for RustUlp {
         );
         Ok(RustUlp {
             _files: files,
-            _watchdog: watchdog,
+            _keepalive: keepalive,
             _reg: reg,
             _state: state,
         })

@@ -158,8 +158,8 @@ struct Ping {
     last_round: bool,
 }
 
-/// Watchdog ticks without a round trip after which a connection probes its peer.
-const QUIET_TICKS: u32 = 2000 / crate::watchdog::TICK_MS;
+/// Keep-alive ticks without a round trip after which a connection probes its peer.
+const QUIET_TICKS: u32 = 2000 / crate::keepalive::TICK_MS;
 
 /// One RC connection of a ping run.
 #[pin_data]
@@ -176,7 +176,7 @@ pub(super) struct Conn {
     /// The keep-alive request, while it is not posted.
     #[pin]
     probe: SpinLockBh<Option<Wr<Probe>>>,
-    /// Round trips at the last watchdog tick, and ticks since one was made.
+    /// Round trips at the last keep-alive tick, and ticks since one was made.
     seen: AtomicU64,
     quiet: AtomicU32,
 }
@@ -555,7 +555,7 @@ impl Conn {
         self.st.lock().seq
     }
 
-    /// A watchdog tick (process context): after [`QUIET_TICKS`] ticks without a round trip the
+    /// A keep-alive tick (process context): after [`QUIET_TICKS`] ticks without a round trip the
     /// connection probes its peer; a dead peer fails the probe, and the connection ends with
     /// an error, after the QP's retries (3.8 s with the default ACK timeout and retry count).
     pub(super) fn tick(&self) {
