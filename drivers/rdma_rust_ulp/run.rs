@@ -20,7 +20,7 @@
 //! the receiving QP answers each as soon as it arrives; its latency figures are round trips.
 //!
 //! [`build`] sets a run up on a device, with its RDMA [`target`]; [`traffic`] is its data
-//! path.
+//! path, and [`payload`] what a validated message holds.
 
 use crate::ctl::{Fault, PeerTarget, Role, Spec};
 use crate::stats::Stats;
@@ -43,6 +43,7 @@ use kernel::time::Ktime;
 use kernel::{new_mutex, new_spinlock_bh};
 
 mod build;
+mod payload;
 mod target;
 mod traffic;
 

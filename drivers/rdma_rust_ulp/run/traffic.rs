@@ -7,8 +7,13 @@
 //! last signaled: its completion stands for all of them. A ping-pong run instead keeps two
 //! requests on each QP and pairs them with the messages to answer as they arrive ([`PpSlot`]).
 
-use super::{now_ns, target::Target, Run};
-use crate::ctl::{Fault, Op, Role, HEADER};
+use super::{
+    now_ns,
+    payload::{check, check_mr, fill, holds},
+    target::Target,
+    Run,
+};
+use crate::ctl::{Fault, Op, Role};
 use crate::stats::Stats;
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
@@ -16,63 +21,11 @@ use kernel::rdma::{
     ah::Ah,
     cq::Wc,
     dma::DmaBuf,
-    mr::{Mr, Remote},
+    mr::Remote,
     qp::{Qp, QpType, Rts},
     wr::{Completion, RecvOps, SendOps, Wr, GRH_LEN},
 };
 use kernel::sync::Arc;
-
-/// Byte `i` of message `seq`.
-pub(super) fn pattern(seq: u64, i: usize) -> u8 {
-    (seq as usize).wrapping_mul(31).wrapping_add(i) as u8 ^ 0xa5
-}
-
-/// Writes message `seq` of run `id` into `buf`: the pattern, under a header when `header`
-/// (messages to a receiver; RDMA WRITEs are checked in place by position, without one).
-fn fill(buf: &mut [u8], id: u32, seq: u64, header: bool) {
-    for (i, b) in buf.iter_mut().enumerate() {
-        *b = pattern(seq, i);
-    }
-    if header && buf.len() >= HEADER {
-        buf[..4].copy_from_slice(&(seq as u32).to_le_bytes());
-        buf[4..8].copy_from_slice(&id.to_le_bytes());
-    }
-}
-
-/// The sequence number of a validated message of run `id` (of any run if `None`: the sender
-/// is on another host), if it is intact.
-fn check(buf: &[u8], id: Option<u32>) -> Option<u32> {
-    let seq = u32::from_le_bytes(buf.get(..4)?.try_into().ok()?);
-    let run = u32::from_le_bytes(buf.get(4..8)?.try_into().ok()?);
-    let ok = id.map_or(true, |id| run == id)
-        && buf
-            .iter()
-            .enumerate()
-            .skip(HEADER)
-            .all(|(i, &b)| b == pattern(u64::from(seq), i));
-    ok.then_some(seq)
-}
-
-/// Whether bytes `off .. off + len` of `mr` hold message `seq` (with no header: RDMA target).
-fn check_mr(mr: &Mr, off: usize, len: usize, seq: u64) -> bool {
-    let mut chunk = [0u8; 128];
-    let mut done = 0;
-    while done < len {
-        let n = (len - done).min(chunk.len());
-        if mr.read(off + done, &mut chunk[..n]).is_err() {
-            return false;
-        }
-        if !chunk[..n]
-            .iter()
-            .enumerate()
-            .all(|(i, &b)| b == pattern(seq, done + i))
-        {
-            return false;
-        }
-        done += n;
-    }
-    true
-}
 
 /// Whether target slot `slot` holds message `seq`.
 fn check_slot(target: Option<&Target>, slot: usize, len: usize, seq: u64) -> bool {
@@ -316,12 +269,10 @@ fn verify(t: &mut Tx, run: &Run) {
         let (seq, slot) = (t.seq + j as u64, t.slot * batch + j);
         let ok = match spec.op {
             Op::Write => check_slot(t.target.as_deref(), slot, size, seq),
-            Op::Read => t.bufs.get_mut(j).is_some_and(|b| {
-                b.as_slice()
-                    .iter()
-                    .enumerate()
-                    .all(|(i, &v)| v == pattern(slot as u64, i))
-            }),
+            Op::Read => t
+                .bufs
+                .get_mut(j)
+                .is_some_and(|b| holds(b.as_slice(), 0, slot as u64)),
             _ => true,
         };
         if !ok {
