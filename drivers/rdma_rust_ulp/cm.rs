@@ -32,7 +32,7 @@
 use crate::ctl::{Role, Spec};
 use crate::run::{check_ud_size, Attached, Res, Run};
 use crate::stats::Stats;
-use crate::util::{wait_until, Pace};
+use crate::wait::{wait_until, Pace};
 use kernel::new_mutex;
 use kernel::prelude::*;
 use kernel::rdma::{

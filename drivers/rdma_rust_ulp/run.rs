@@ -24,7 +24,7 @@
 
 use crate::ctl::{Fault, PeerTarget, Role, Spec};
 use crate::stats::Stats;
-use crate::util::{wait_until, Pace};
+use crate::wait::{wait_until, Pace};
 use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use kernel::prelude::*;
 use kernel::rdma::{

@@ -26,7 +26,7 @@ mod keepalive;
 mod registry;
 mod run;
 mod stats;
-mod util;
+mod wait;
 
 use ctl::Defaults;
 use keepalive::{Keepalive, KeepaliveGuard};
