@@ -21,7 +21,9 @@ use kernel::{c_str, ffi::c_char, prelude::*, str::CStr};
 
 // In dependency order: each module uses only those above it.
 mod cm;
+mod counters;
 mod ctl;
+mod dispatch;
 mod keepalive;
 mod registry;
 mod run;
@@ -144,7 +146,7 @@ impl ControlFile for Ctl {
 
     fn write(data: &[u8]) -> Result {
         let u = registry::ulp()?;
-        u.command(ctl::parse(data, u.defaults())?)
+        dispatch::command(u, ctl::parse(data, u.defaults())?)
     }
 }
 
@@ -154,6 +156,6 @@ struct Stats;
 impl ShowFile for Stats {
     fn show(m: &SeqFile) -> Result {
         // Writing into a `SeqFile` cannot fail: only a `Display` impl could (`EINVAL`).
-        Ok(registry::stats_text(registry::ulp()?, &mut &*m)?)
+        Ok(stats::text(registry::ulp()?, &mut &*m)?)
     }
 }

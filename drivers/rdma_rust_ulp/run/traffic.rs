@@ -13,8 +13,8 @@ use super::{
     target::Target,
     Run,
 };
+use crate::counters::Counters;
 use crate::ctl::{Fault, Op, Role};
-use crate::stats::Stats;
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
 use kernel::rdma::{
@@ -276,7 +276,7 @@ fn verify(t: &mut Tx, run: &Run) {
             _ => true,
         };
         if !ok {
-            Stats::add(&run.stats.corrupt, 1);
+            Counters::add(&run.counters.corrupt, 1);
             run.error(format_args!(
                 "{} of message {seq} does not match",
                 spec.op.name()
@@ -300,10 +300,10 @@ impl Completion for Tx {
         }
         let t = wr.data_mut();
         let lat = now_ns().saturating_sub(t.posted_ns);
-        run.stats.latency(lat.max(0) as u64);
+        run.counters.latency(lat.max(0) as u64);
         let n = t.n as u64;
-        Stats::add(&run.stats.messages, n);
-        Stats::add(&run.stats.bytes, n * run.spec.size as u64);
+        Counters::add(&run.counters.messages, n);
+        Counters::add(&run.counters.bytes, n * run.spec.size as u64);
         if run.spec.validate {
             verify(t, &run);
         }
@@ -314,7 +314,7 @@ impl Completion for Tx {
 /// Counts and checks a message that arrived (SEND, SEND_WITH_IMM) at the receiving QP.
 fn received(r: &mut Rx, run: &Run, wc: &Wc) {
     let spec = &run.spec;
-    let received = run.stats.received.fetch_add(1, Ordering::Relaxed) + 1;
+    let received = run.counters.received.fetch_add(1, Ordering::Relaxed) + 1;
     if spec.role == Role::Server && received == spec.count {
         run.receives_over();
     }
@@ -327,21 +327,21 @@ fn received(r: &mut Rx, run: &Run, wc: &Wc) {
     let data = r.buf.as_slice().get(skip..skip + len).unwrap_or(&[]);
     let sender = (spec.role == Role::Loopback).then_some(run.id);
     let Some(seq) = check(data, sender).filter(|_| len == spec.size) else {
-        Stats::add(&run.stats.corrupt, 1);
+        Counters::add(&run.counters.corrupt, 1);
         run.error(format_args!("received a corrupt message ({len} bytes)"));
         return;
     };
     let seq = u64::from(seq);
     if spec.op == Op::SendImm && wc.imm_data() != Some(seq as u32) {
-        Stats::add(&run.stats.corrupt, 1);
+        Counters::add(&run.counters.corrupt, 1);
         run.error(format_args!("message {seq}: immediate {:?}", wc.imm_data()));
     }
     let want = run.rx_expected.load(Ordering::Relaxed);
     if seq >= want {
-        Stats::add(&run.stats.lost, seq - want);
+        Counters::add(&run.counters.lost, seq - want);
         run.rx_expected.store(seq + 1, Ordering::Relaxed);
     } else {
-        Stats::add(&run.stats.dup, 1);
+        Counters::add(&run.counters.dup, 1);
     }
 }
 
@@ -466,7 +466,7 @@ fn pp_received(r: &mut Rx, run: &Run, side: Side, wc: &Wc) {
     // What this side waits for: the next ping, or the answer to the ping in flight.
     let want = match side {
         Side::Pong => run.rx_expected.load(Ordering::Relaxed),
-        Side::Ping => Stats::get(&run.stats.messages),
+        Side::Ping => Counters::get(&run.counters.messages),
     };
     let from = match side {
         Side::Pong => Side::Ping,
@@ -485,7 +485,7 @@ fn pp_received(r: &mut Rx, run: &Run, side: Side, wc: &Wc) {
             }
         };
     if !intact {
-        Stats::add(&run.stats.corrupt, 1);
+        Counters::add(&run.counters.corrupt, 1);
         run.error(format_args!("ping-pong message {want} does not match"));
         run.stop();
         run.pp_end();
@@ -493,15 +493,15 @@ fn pp_received(r: &mut Rx, run: &Run, side: Side, wc: &Wc) {
     }
     match side {
         Side::Pong => {
-            Stats::add(&run.stats.received, 1);
+            Counters::add(&run.counters.received, 1);
             run.rx_expected.store(want + 1, Ordering::Relaxed);
             pp_owe(run, Side::Pong, want);
         }
         Side::Ping => {
             let rtt = now_ns().saturating_sub(run.pp.ping_ns.load(Ordering::Relaxed));
-            run.stats.latency(rtt.max(0) as u64);
-            Stats::add(&run.stats.messages, 1);
-            Stats::add(&run.stats.bytes, spec.size as u64);
+            run.counters.latency(rtt.max(0) as u64);
+            Counters::add(&run.counters.messages, 1);
+            Counters::add(&run.counters.bytes, spec.size as u64);
             if want + 1 >= spec.count {
                 run.pp_end();
             } else {
