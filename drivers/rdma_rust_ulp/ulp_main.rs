@@ -19,16 +19,24 @@ use kernel::rdma::{
 use kernel::sync::Arc;
 use kernel::{c_str, ffi::c_char, prelude::*, str::CStr};
 
-// In dependency order: each module uses only those above it.
-mod cm;
+// The modules bottom-up: each uses only those above it (imports.py in tools/testing/kunit
+// checks that no import points up). At the bottom, what uses no other: a run's counters, the
+// keep-alive ticker and the one wait for the handlers.
 mod counters;
-mod ctl;
-mod dispatch;
 mod keepalive;
-mod registry;
-mod run;
-mod stats;
 mod wait;
+// The control language.
+mod ctl;
+// A run: its QPs, buffers and data path.
+mod run;
+// Runs over the RDMA connection manager.
+mod cm;
+// The devices and their runs.
+mod registry;
+// The commands of `ctl`, carried out on the registry.
+mod dispatch;
+// The text of `stats`.
+mod stats;
 
 use ctl::Defaults;
 use keepalive::{Keepalive, KeepaliveGuard};
