@@ -53,7 +53,8 @@ use traffic::{post_next, pp_send, PpSlot, Rx, Side, Tx};
 /// The Q_Key of the UD QPs of a run.
 const QKEY: u32 = 0x1111_0001;
 
-fn now_ns() -> i64 {
+/// The monotonic clock, in ns: what a run's times are read from.
+pub(crate) fn now_ns() -> i64 {
     Ktime::ktime_get().to_ns()
 }
 

@@ -6,9 +6,9 @@
 use crate::counters::Counters;
 use crate::ctl::{self, Role, ShowEndpoint};
 use crate::registry::Ulp;
+use crate::run::now_ns;
 use core::fmt::{self, Write};
 use core::sync::atomic::{AtomicU64, Ordering};
-use kernel::time::Ktime;
 
 /// A time in ns, shown in microseconds with two decimals, right-aligned in the field's width.
 struct Micros(u64);
@@ -48,7 +48,7 @@ pub(crate) fn text(u: &Ulp, t: &mut impl Write) -> fmt::Result {
             };
             let start = r.start_ns.load(Ordering::Relaxed);
             let end = match r.end_ns.load(Ordering::Relaxed) {
-                0 => Ktime::ktime_get().to_ns(),
+                0 => now_ns(),
                 e => e,
             };
             let elapsed_ns = (end - start).max(1) as u64;

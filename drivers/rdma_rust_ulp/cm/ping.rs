@@ -4,7 +4,7 @@
 //! krping's), either side, driven from completion handlers. See [`super`] for the round trip.
 
 use crate::counters::Counters;
-use crate::run::{register, Run};
+use crate::run::{now_ns, register, Run};
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use kernel::new_spinlock_bh;
 use kernel::prelude::*;
@@ -18,15 +18,10 @@ use kernel::rdma::{
     wr::{Completion, Wr},
 };
 use kernel::sync::Arc;
-use kernel::time::Ktime;
 
 /// Bytes of rping's buffer advertisement (`struct rping_rdma_info`).
 const INFO_LEN: usize = 16;
 const PAGE: usize = 4096;
-
-fn now_ns() -> i64 {
-    Ktime::ktime_get().to_ns()
-}
 
 /// A buffer advertisement.
 #[derive(Clone, Copy)]
