@@ -20,7 +20,7 @@
 //! - `disconnect dev=rrbdN`: removes the disk and ends its connections;
 //! - `probe addr=IP port=N name=NAME op=N sector=N len=N [tag=N] [inline=N] [imm=N]`: sends one
 //!   raw command (or with `imm`, a block write) to a target and logs what it did (see
-//!   [`probe`]), for testing targets.
+//!   [`hostile`]), for testing targets.
 //!
 //! `status` lists the volumes and disks. A malformed command is refused with `EINVAL` and a
 //! message, and changes nothing. When an RDMA device goes away (`rdma link delete`), the
@@ -43,13 +43,13 @@ use kernel::sync::{Arc, Mutex};
 use kernel::{c_str, new_mutex, prelude::*, str::CStr};
 
 // In dependency order: each module uses only those above it.
+mod hostile;
 mod initiator;
-mod probe;
 mod proto;
 mod target;
 
+use hostile::ProbeSpec;
 use initiator::{ConnectSpec, Disk, QueueStats, MAX_QUEUES};
-use probe::ProbeSpec;
 use proto::{Name, INLINE_MAX, MAX_DEPTH};
 use target::{Export, Volume, MAX_VOLUME};
 
@@ -530,7 +530,7 @@ fn command(s: &State, cmd: Cmd) -> Result {
             pr_info!("rrbd{index}: disconnected\n");
             Ok(())
         }
-        Cmd::Probe(spec) => probe::probe(&spec),
+        Cmd::Probe(spec) => hostile::probe(&spec),
     }
 }
 
