@@ -1,6 +1,9 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 # Static checks of the project's Rust code (`make check`):
+#  - imports.py: no import cycle in the ULP, the block ULP, kernel::rdma and the KUnit
+#    tests (every import points down; a child may use its parent); it needs no build, so
+#    it runs first;
 #  - rustfmt, with the kernel tree's .rustfmt.toml (what `make rustfmtcheck` uses);
 #  - `bindings::` only inside rust/rdma;
 #  - clippy (the kernel's CLIPPY=1) on kernel::rdma, the modules and the sample: no warning
@@ -14,10 +17,22 @@
 # the code. The tree is rebuilt normally afterwards.
 . "$(dirname "$0")/lib.sh"
 
-lock_tree
-"$KUNIT_DIR/build.sh"
 fail=0
 cd "$PROJECT_DIR"
+
+log "import cycles"
+for crate in "drivers/rdma_rust_ulp ulp_main crate" "drivers/rdma_rust_blk blk_main crate" \
+	"rust/rdma rdma crate::rdma" "tools/testing/kunit/rdma rdma_kunit_tests crate"; do
+	read -r dir root prefix <<< "$crate"
+	if ! out=$(python3 "$KUNIT_DIR/imports.py" "$dir" "$root" "$prefix"); then
+		echo "$out" >&2
+		echo "check: $dir: imports must point down (see $KUNIT_DIR/imports.py)" >&2
+		fail=1
+	fi
+done
+
+lock_tree
+"$KUNIT_DIR/build.sh"
 mapfile -t rs < <(git ls-files '*.rs' 2>/dev/null || find rust drivers samples tools -name '*.rs')
 
 log "rustfmt --check"
@@ -83,7 +98,7 @@ log "rebuilding without clippy"
 "$KUNIT_DIR/build.sh"
 DOCS_TREE_BUILT=1 "$KUNIT_DIR/docs.sh" || fail=1
 if [ $fail = 0 ]; then
-	echo "check: rustfmt, bindings, clippy, compile-fail cases, rustdoc and Sphinx clean"
+	echo "check: imports, rustfmt, bindings, clippy, compile-fail cases, rustdoc and Sphinx clean"
 else
 	die "static checks failed"
 fi
