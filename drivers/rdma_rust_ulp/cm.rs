@@ -29,10 +29,10 @@
 //! endian); a server that cannot take that size rejects the connection with `RRUL` and its
 //! own limit, which the client reports. rping sends no private data.
 
+use crate::counters::Counters;
 use crate::ctl::{Role, Spec};
 use crate::run::{check_ud_size, Attached, Res, Run};
-use crate::stats::Stats;
-use crate::util::{wait_until, Pace};
+use crate::wait::{wait_until, Pace};
 use kernel::new_mutex;
 use kernel::prelude::*;
 use kernel::rdma::{
@@ -325,7 +325,7 @@ impl Ev {
             }
             None => {
                 if run.spec.role == Role::Client {
-                    let done = Stats::get(&run.stats.messages);
+                    let done = Counters::get(&run.counters.messages);
                     if done < run.spec.count && !run.stopping() {
                         run.error(format_args!("{what} after {done} of {}", run.spec.count));
                     }

@@ -66,7 +66,7 @@ use kernel::rdma::{
 };
 use kernel::sync::Arc;
 
-use crate::util::Pace;
+use crate::wait::Pace;
 
 mod addr;
 

@@ -1,14 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The ULP's registry: the devices it is attached to, their runs, and the commands of the
-//! control file that act on them.
+//! The ULP's registry: the module-wide state, the devices the ULP is attached to and their
+//! runs. [`crate::dispatch`] carries out the commands of the control file on it, and
+//! [`crate::stats`] shows it.
 
-use crate::cm;
-use crate::ctl::{self, Command, Defaults, Role, ShowEndpoint, Spec, Target};
+use crate::ctl::Defaults;
 use crate::run::Run;
-use crate::stats;
 use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
-use kernel::debugfs::command::Escaped;
 use kernel::new_mutex;
 use kernel::prelude::*;
 use kernel::rdma::device::{Device, LinkLayer, Name, PortState, NAME_MAX};
@@ -18,8 +16,6 @@ use kernel::types::ARef;
 
 /// Ended runs whose statistics a device keeps (older ones are forgotten).
 const KEEP_ENDED: usize = 32;
-/// How long a `wait` waits for one run, in ms.
-const WAIT_MS: u32 = 300_000;
 
 /// The runs of one device.
 struct DevRuns {
@@ -118,6 +114,11 @@ impl Ulp {
     pub(crate) fn defaults(&self) -> &Defaults {
         &self.defaults
     }
+
+    /// The most runs in flight at once (the module parameter `max_runs`).
+    pub(crate) fn max_runs(&self) -> u32 {
+        self.max_runs
+    }
 }
 
 /// Attaches to `dev`: logs its ports and returns its state (the client's `add`).
@@ -210,8 +211,34 @@ pub(crate) fn remove_device(ud: Arc<UlpDev>) {
     );
 }
 
+impl UlpDev {
+    /// The RDMA device.
+    pub(crate) fn device(&self) -> &Device {
+        &self.dev
+    }
+
+    /// The device's name, as it was when the ULP attached to it.
+    pub(crate) fn name(&self) -> &Name<NAME_MAX> {
+        &self.name
+    }
+
+    /// The port events the device has had (until `remove`).
+    pub(crate) fn port_events(&self) -> u64 {
+        self.events
+            .lock()
+            .as_ref()
+            .map_or(0, |r| r.data().events.load(Ordering::Relaxed))
+    }
+}
+
 impl Ulp {
-    fn find(&self, name: &[u8]) -> Option<Arc<UlpDev>> {
+    /// The id of a new run.
+    pub(crate) fn next_id(&self) -> u32 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The attached device named `name`.
+    pub(crate) fn find(&self, name: &[u8]) -> Option<Arc<UlpDev>> {
         self.devices
             .lock()
             .iter()
@@ -220,7 +247,7 @@ impl Ulp {
             .cloned()
     }
 
-    /// Ticks what every active run holds besides its QPs (the watchdog; process context),
+    /// Ticks what every active run holds besides its QPs (the keep-alive; process context),
     /// outside the registry's locks.
     pub(crate) fn tick(&self) {
         let Ok(runs) = self.all_runs() else {
@@ -234,7 +261,7 @@ impl Ulp {
     }
 
     /// Every run of every device.
-    fn all_runs(&self) -> Result<KVec<Arc<Run>>> {
+    pub(crate) fn all_runs(&self) -> Result<KVec<Arc<Run>>> {
         let mut out = KVec::new();
         for d in self.devices.lock().iter().flatten() {
             for r in d.runs.lock().runs.iter() {
@@ -244,31 +271,20 @@ impl Ulp {
         Ok(out)
     }
 
-    fn runs_of(&self, t: Target) -> Result<KVec<Arc<Run>>> {
-        let mut out = KVec::new();
-        for r in self.all_runs()? {
-            if t == Target::All || t == Target::Id(r.id) {
-                out.push(r, GFP_KERNEL)?;
-            }
+    /// Calls `f` with every device and its runs, holding the registry's locks: `f` must not
+    /// call back into the registry.
+    pub(crate) fn each_device<E>(
+        &self,
+        mut f: impl FnMut(&UlpDev, &[Arc<Run>]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        for d in self.devices.lock().iter().flatten() {
+            f(d, &d.runs.lock().runs)?;
         }
-        if out.is_empty() {
-            if let Target::Id(id) = t {
-                pr_err!("ctl: no run {id}\n");
-                return Err(EINVAL);
-            }
-        }
-        Ok(out)
-    }
-
-    fn one(&self, id: u32) -> Result<Arc<Run>> {
-        self.runs_of(Target::Id(id))?
-            .into_iter()
-            .next()
-            .ok_or(EINVAL)
+        Ok(())
     }
 
     /// Frees what ended runs still hold.
-    fn reap(&self) -> Result {
+    pub(crate) fn reap(&self) -> Result {
         for r in self.all_runs()? {
             if r.sender_done() {
                 r.finish();
@@ -277,8 +293,15 @@ impl Ulp {
         Ok(())
     }
 
+    /// Forgets the runs that hold nothing any more (`clear`).
+    pub(crate) fn forget_ended(&self) {
+        for d in self.devices.lock().iter().flatten() {
+            d.runs.lock().runs.retain(|r| r.active());
+        }
+    }
+
     /// Adds `run` to the runs of `ud`; `ENODEV` if the device is being removed.
-    fn attach(&self, ud: &UlpDev, run: &Arc<Run>) -> Result {
+    pub(crate) fn attach(&self, ud: &UlpDev, run: &Arc<Run>) -> Result {
         let mut r = ud.runs.lock();
         if r.removing {
             pr_err!("start: {} is being removed\n", ud.name);
@@ -294,247 +317,4 @@ impl Ulp {
         r.runs.push(run.clone(), GFP_KERNEL)?;
         Ok(())
     }
-
-    fn start(&self, spec: Spec) -> Result {
-        self.reap()?;
-        let active = self.all_runs()?.iter().filter(|r| r.active()).count();
-        if active >= self.max_runs as usize {
-            pr_err!(
-                "start: {active} runs in flight (max_runs={})\n",
-                self.max_runs
-            );
-            return Err(EBUSY);
-        }
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (run, name) = if spec.cm {
-            let attach = |dev: &Device, run: &Arc<Run>| -> Result {
-                let ud = self.find(dev.name().as_bytes()).ok_or(ENODEV)?;
-                self.attach(&ud, run)
-            };
-            let run = cm::start(&spec, id, &attach)
-                .inspect_err(|e| pr_err!("start: run {id} ({}) failed: {e:?}\n", spec.addr))?;
-            (run, None)
-        } else {
-            let Some(ud) = self.find(spec.dev()) else {
-                pr_err!("start: no RDMA device '{}'\n", Escaped(spec.dev()));
-                return Err(ENODEV);
-            };
-            let run = Run::build(&ud.dev, &spec, id).inspect_err(|e| {
-                pr_err!("start: run {id} on {} could not be built: {e:?}\n", ud.name);
-            })?;
-            if let Err(e) = self.attach(&ud, &run) {
-                run.finish();
-                return Err(e);
-            }
-            if let Err(e) = run.go() {
-                run.stop();
-                run.finish();
-                pr_err!("start: run {id} could not post: {e:?}\n");
-                return Err(e);
-            }
-            (run, Some(ud.name))
-        };
-        match name {
-            Some(dev) => pr_info!(
-                "run {id} started: {dev} role={} mode={} op={} size={} count={} depth={} poll={} validate={}{}\n",
-                spec.role.name(),
-                ctl::mode_name(spec.mode),
-                spec.op.name(),
-                spec.size,
-                spec.count,
-                spec.depth,
-                spec.poll.name(),
-                u8::from(spec.validate),
-                spec.fault.shown(),
-            ),
-            None => pr_info!(
-                "run {id} started: cm={} addr={} mode={} op={} size={} count={} poll={} validate={}\n",
-                spec.role.name(),
-                spec.addr,
-                ctl::mode_name(spec.mode),
-                spec.op.name(),
-                spec.size,
-                spec.count,
-                spec.poll.name(),
-                u8::from(spec.validate)
-            ),
-        }
-        if let Some(e) = run.endpoint {
-            pr_info!("run {id} endpoint {}\n", ShowEndpoint(e));
-        }
-        // A direct run makes progress only while someone polls its CQ: the writer does.
-        if spec.wait || spec.poll == kernel::rdma::cq::PollContext::Direct {
-            let r = run.wait_ended(WAIT_MS);
-            run.finish();
-            r?;
-        }
-        Ok(())
-    }
-
-    pub(crate) fn command(&self, cmd: Command) -> Result {
-        match cmd {
-            Command::Start(spec) => self.start(spec),
-            Command::Stop(t) => {
-                for r in self.runs_of(t)? {
-                    r.stop();
-                    r.finish();
-                }
-                Ok(())
-            }
-            Command::Wait(t) => {
-                for r in self.runs_of(t)? {
-                    if let Err(e) = r.wait_ended(WAIT_MS) {
-                        pr_err!("wait: run {} did not end in {} s\n", r.id, WAIT_MS / 1000);
-                        return Err(e);
-                    }
-                    r.finish();
-                }
-                Ok(())
-            }
-            Command::Connect(id, peer) => self.one(id)?.connect(&peer),
-            Command::Go(id, remote) => self.one(id)?.release(remote),
-            Command::Fail(t) => {
-                for r in self.runs_of(t)? {
-                    r.fail()?;
-                }
-                Ok(())
-            }
-            Command::Clear => {
-                for d in self.devices.lock().iter().flatten() {
-                    d.runs.lock().runs.retain(|r| r.active());
-                }
-                Ok(())
-            }
-        }
-    }
-}
-
-/// A time in ns, shown in microseconds with two decimals, right-aligned in the field's width.
-struct Micros(u64);
-
-impl core::fmt::Display for Micros {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        use core::fmt::Write;
-        let (whole, hundredths) = (self.0 / 1000, self.0 % 1000 / 10);
-        let len = whole.checked_ilog10().unwrap_or(0) as usize + 1 + 3;
-        for _ in len..f.width().unwrap_or(0) {
-            f.write_char(' ')?;
-        }
-        write!(f, "{whole}.{hundredths:02}")
-    }
-}
-
-pub(crate) fn stats_text(u: &Ulp, t: &mut impl core::fmt::Write) -> core::fmt::Result {
-    use stats::Stats as S;
-    writeln!(
-        t,
-        "{:>3} {:<8} {:<4} {:<8} {:>7} {:>9} {:>5} {:<9} {:>3} {:<7} {:>9} {:>11} {:>9} {:>6} {:>5} {:>5} {:>7} {:>9} {:>8} {:>6} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10}",
-        "id", "dev", "mode", "op", "size", "count", "depth", "poll", "val", "state", "messages",
-        "bytes", "received", "errors", "lost", "dup", "corrupt", "wc_ok", "wc_flush", "wc_err",
-        "MB/s", "lat_min_us", "lat_p50_us", "lat_p99_us", "lat_max_us", "elapsed_us"
-    )?;
-    for d in u.devices.lock().iter().flatten() {
-        for r in d.runs.lock().runs.iter() {
-            let s = &r.stats;
-            let state = if r.active() {
-                if r.sender_done() {
-                    "ended"
-                } else {
-                    "running"
-                }
-            } else {
-                "done"
-            };
-            let start = r.start_ns.load(Ordering::Relaxed);
-            let end = match r.end_ns.load(Ordering::Relaxed) {
-                0 => kernel::time::Ktime::ktime_get().to_ns(),
-                e => e,
-            };
-            let elapsed_ns = (end - start).max(1) as u64;
-            let bytes = S::get(&s.bytes);
-            // MB/s with one decimal: bytes * 1000 / ns = MB/s (10^6 bytes per second).
-            let mbps10 = bytes.saturating_mul(10_000) / elapsed_ns;
-            let [lmin, l50, l99, lmax] = s.latencies();
-            writeln!(
-                t,
-                "{:>3} {:<8} {:<4} {:<8} {:>7} {:>9} {:>5} {:<9} {:>3} {:<7} {:>9} {:>11} {:>9} {:>6} {:>5} {:>5} {:>7} {:>9} {:>8} {:>6} {:>6}.{} {:>10} {:>10} {:>10} {:>10} {:>10}",
-                r.id,
-                d.name,
-                ctl::mode_name(r.spec.mode),
-                r.spec.op.name(),
-                r.spec.size,
-                r.spec.count,
-                r.spec.depth,
-                r.spec.poll.name(),
-                u8::from(r.spec.validate),
-                state,
-                S::get(&s.messages),
-                bytes,
-                S::get(&s.received),
-                S::get(&s.errors),
-                S::get(&s.lost),
-                S::get(&s.dup),
-                S::get(&s.corrupt),
-                S::get(&s.wc_success),
-                S::get(&s.wc_flush),
-                S::get(&s.wc_error),
-                mbps10 / 10,
-                mbps10 % 10,
-                Micros(lmin),
-                Micros(l50),
-                Micros(l99),
-                Micros(lmax),
-                elapsed_ns / 1000
-            )?;
-        }
-    }
-    // Per device: the sums over the runs listed.
-    for d in u.devices.lock().iter().flatten() {
-        let runs = d.runs.lock();
-        let sum = |f: fn(&stats::Stats) -> &core::sync::atomic::AtomicU64| -> u64 {
-            runs.runs.iter().map(|r| S::get(f(&r.stats))).sum()
-        };
-        let port_events = d
-            .events
-            .lock()
-            .as_ref()
-            .map_or(0, |r| r.data().events.load(Ordering::Relaxed));
-        writeln!(
-            t,
-            "device {} runs={} messages={} bytes={} received={} errors={} lost={} dup={} corrupt={} wc_ok={} wc_flush={} wc_err={} port_events={}",
-            d.name,
-            runs.runs.len(),
-            sum(|s| &s.messages),
-            sum(|s| &s.bytes),
-            sum(|s| &s.received),
-            sum(|s| &s.errors),
-            sum(|s| &s.lost),
-            sum(|s| &s.dup),
-            sum(|s| &s.corrupt),
-            sum(|s| &s.wc_success),
-            sum(|s| &s.wc_flush),
-            sum(|s| &s.wc_error),
-            port_events,
-        )?;
-    }
-    // Server and client runs: this host's QP, for the peer's `peer=`, and an RDMA server's
-    // target, for the client's `go ... remote=`.
-    for d in u.devices.lock().iter().flatten() {
-        for r in d.runs.lock().runs.iter() {
-            if let (Some(e), true) = (r.endpoint, r.spec.role != Role::Loopback) {
-                writeln!(
-                    t,
-                    "endpoint {} {} {} {}",
-                    r.id,
-                    d.name,
-                    r.spec.role.name(),
-                    ShowEndpoint(e)
-                )?;
-            }
-            if let (Some(m), Role::Server) = (r.target_remote(), r.spec.role) {
-                writeln!(t, "target {} {} {}", r.id, d.name, m)?;
-            }
-        }
-    }
-    Ok(())
 }

@@ -20,11 +20,11 @@
 //! the receiving QP answers each as soon as it arrives; its latency figures are round trips.
 //!
 //! [`build`] sets a run up on a device, with its RDMA [`target`]; [`traffic`] is its data
-//! path.
+//! path, and [`payload`] what a validated message holds.
 
+use crate::counters::Counters;
 use crate::ctl::{Fault, PeerTarget, Role, Spec};
-use crate::stats::Stats;
-use crate::util::{wait_until, Pace};
+use crate::wait::{wait_until, Pace};
 use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use kernel::prelude::*;
 use kernel::rdma::{
@@ -43,6 +43,7 @@ use kernel::time::Ktime;
 use kernel::{new_mutex, new_spinlock_bh};
 
 mod build;
+mod payload;
 mod target;
 mod traffic;
 
@@ -52,7 +53,8 @@ use traffic::{post_next, pp_send, PpSlot, Rx, Side, Tx};
 /// The Q_Key of the UD QPs of a run.
 const QKEY: u32 = 0x1111_0001;
 
-fn now_ns() -> i64 {
+/// The monotonic clock, in ns: what a run's times are read from.
+pub(crate) fn now_ns() -> i64 {
     Ktime::ktime_get().to_ns()
 }
 
@@ -62,7 +64,7 @@ pub(crate) trait Attached: Send + Sync {
     /// Drains and frees what it holds. Process context.
     fn release(&self);
 
-    /// Called every [`crate::watchdog::TICK_MS`] while the run is active (process context):
+    /// Called every [`crate::keepalive::TICK_MS`] while the run is active (process context):
     /// CM connections probe a peer that has gone quiet.
     fn tick(&self) {}
 }
@@ -130,12 +132,12 @@ impl PingPong {
     }
 }
 
-/// A run and its statistics.
+/// A run and its counters.
 #[pin_data]
 pub(crate) struct Run {
     pub(crate) id: u32,
     pub(crate) spec: Spec,
-    pub(crate) stats: Stats,
+    pub(crate) counters: Counters,
     stopping: AtomicBool,
     /// A server's receives are over (its count arrived, or one failed): its "send side" has
     /// retired.
@@ -264,12 +266,12 @@ impl Run {
         endpoint: Option<Endpoint>,
         res: Res,
     ) -> Result<Arc<Run>> {
-        let stats = Stats::new()?;
+        let counters = Counters::new()?;
         Arc::pin_init(
             pin_init!(Run {
                 id,
                 spec: *spec,
-                stats,
+                counters,
                 stopping: AtomicBool::new(false),
                 rx_over: AtomicBool::new(false),
                 inflight: AtomicU32::new(0),
@@ -533,7 +535,7 @@ impl Run {
                 200
             };
             let _ = wait_until(Some(&res.cq), None, limit, self.spec.pace(), || {
-                Stats::get(&self.stats.received) >= Stats::get(&self.stats.messages)
+                Counters::get(&self.counters.received) >= Counters::get(&self.counters.messages)
             });
         }
         self.stopping.store(true, Ordering::SeqCst);
@@ -550,9 +552,9 @@ impl Run {
             self.end_ns.store(now_ns(), Ordering::Relaxed);
         }
         if self.spec.op.uses_recv() && !stopped && self.spec.role == Role::Loopback {
-            let sent = Stats::get(&self.stats.messages);
+            let sent = Counters::get(&self.counters.messages);
             let got = self.rx_expected.load(Ordering::Relaxed);
-            Stats::add(&self.stats.lost, sent.saturating_sub(got));
+            Counters::add(&self.counters.lost, sent.saturating_sub(got));
         }
         drop((res.tx_qp, res.rx_qp, res.unconnected, res.target, res.ah));
         // CM connections: drained and freed here too, then the ids.
@@ -608,7 +610,7 @@ impl Run {
     /// QP was forced into the error state), and nothing else would end the run. Once the run
     /// is stopping, flushes are its drain.
     pub(super) fn completed(&self, status: WcStatus, what: &str) -> bool {
-        if self.stats.completion(status) {
+        if self.counters.completion(status) {
             self.error(format_args!(
                 "{} {what} completed with {status:?}",
                 crate::ctl::mode_name(self.spec.mode)
@@ -703,9 +705,9 @@ impl Run {
 
     pub(crate) fn error(&self, what: core::fmt::Arguments<'_>) {
         // The first errors of a run are worth a line each; the counters have the rest.
-        if Stats::get(&self.stats.errors) < 4 {
+        if Counters::get(&self.counters.errors) < 4 {
             pr_err!("run {}: {}\n", self.id, what);
         }
-        Stats::add(&self.stats.errors, 1);
+        Counters::add(&self.counters.errors, 1);
     }
 }

@@ -1,137 +1,136 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Per-run statistics, updated lock-free from completion handlers.
+//! The text of `/sys/kernel/debug/rdma_rust_ulp/stats`: every run the registry keeps, with its
+//! [counters](crate::counters), the sums per device, and what a peer needs of this host.
 
+use crate::counters::Counters;
+use crate::ctl::{self, Role, ShowEndpoint};
+use crate::registry::Ulp;
+use crate::run::now_ns;
+use core::fmt::{self, Write};
 use core::sync::atomic::{AtomicU64, Ordering};
-use kernel::prelude::*;
-use kernel::rdma::cq::WcStatus;
 
-/// Sub-buckets per power of two of the latency histogram: 2^5 (3% wide; a percentile is
-/// reported at its bucket's middle, within 1.6% of the true value).
-const SUB_BITS: usize = 5;
-const SUB: usize = 1 << SUB_BITS;
-/// Buckets: exact below `SUB`, then `SUB` for each power of two up to 2^63.
-const BUCKETS: usize = (65 - SUB_BITS) * SUB;
+/// A time in ns, shown in microseconds with two decimals, right-aligned in the field's width.
+struct Micros(u64);
 
-/// The histogram bucket of a latency of `v` ns.
-fn bucket(v: u64) -> usize {
-    if v < SUB as u64 {
-        return v as usize;
+impl fmt::Display for Micros {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (whole, hundredths) = (self.0 / 1000, self.0 % 1000 / 10);
+        let len = whole.checked_ilog10().unwrap_or(0) as usize + 1 + 3;
+        for _ in len..f.width().unwrap_or(0) {
+            f.write_char(' ')?;
+        }
+        write!(f, "{whole}.{hundredths:02}")
     }
-    let msb = 63 - v.leading_zeros() as usize;
-    let sub = ((v >> (msb - SUB_BITS)) & (SUB as u64 - 1)) as usize;
-    (msb - SUB_BITS + 1) * SUB + sub
 }
 
-/// The middle of the latencies that fall in bucket `i`.
-fn bucket_mid(i: usize) -> u64 {
-    if i < SUB {
-        return i as u64;
-    }
-    let shift = i / SUB - 1;
-    let low = ((SUB + i % SUB) as u64) << shift;
-    low + ((1u64 << shift) >> 1)
-}
-
-/// Counters of one run. Every field is only ever added to (or min/max-ed) by handlers.
-pub(crate) struct Stats {
-    /// Send-side operations completed successfully.
-    pub(crate) messages: AtomicU64,
-    pub(crate) bytes: AtomicU64,
-    /// Receives completed successfully (SEND, SEND_WITH_IMM).
-    pub(crate) received: AtomicU64,
-    pub(crate) wc_success: AtomicU64,
-    pub(crate) wc_flush: AtomicU64,
-    pub(crate) wc_error: AtomicU64,
-    /// Failed completions (other than flushes), failed posts, validation failures.
-    pub(crate) errors: AtomicU64,
-    /// Messages that never arrived (a gap in the sequence, or missing at the end).
-    pub(crate) lost: AtomicU64,
-    /// Messages that arrived again or out of order.
-    pub(crate) dup: AtomicU64,
-    /// Payloads (or immediates) that did not match what was sent.
-    pub(crate) corrupt: AtomicU64,
-    lat_min: AtomicU64,
-    lat_max: AtomicU64,
-    lat_n: AtomicU64,
-    /// On the heap: 15 KiB is too much to build on a kernel stack.
-    hist: KVec<AtomicU64>,
-}
-
-impl Stats {
-    pub(crate) fn new() -> Result<Self> {
-        let mut hist = KVec::with_capacity(BUCKETS, GFP_KERNEL)?;
-        for _ in 0..BUCKETS {
-            hist.push(AtomicU64::new(0), GFP_KERNEL)?;
-        }
-        Ok(Self {
-            messages: AtomicU64::new(0),
-            bytes: AtomicU64::new(0),
-            received: AtomicU64::new(0),
-            wc_success: AtomicU64::new(0),
-            wc_flush: AtomicU64::new(0),
-            wc_error: AtomicU64::new(0),
-            errors: AtomicU64::new(0),
-            lost: AtomicU64::new(0),
-            dup: AtomicU64::new(0),
-            corrupt: AtomicU64::new(0),
-            lat_min: AtomicU64::new(u64::MAX),
-            lat_max: AtomicU64::new(0),
-            lat_n: AtomicU64::new(0),
-            hist,
-        })
-    }
-
-    pub(crate) fn add(c: &AtomicU64, n: u64) {
-        c.fetch_add(n, Ordering::Relaxed);
-    }
-
-    pub(crate) fn get(c: &AtomicU64) -> u64 {
-        c.load(Ordering::Relaxed)
-    }
-
-    /// Counts a completion by its status; returns whether it was an error (not a flush). The
-    /// caller reports an error through `Run::error`, which counts it in `errors`.
-    pub(crate) fn completion(&self, status: WcStatus) -> bool {
-        match status {
-            WcStatus::Success => Self::add(&self.wc_success, 1),
-            WcStatus::WrFlushErr => Self::add(&self.wc_flush, 1),
-            _ => {
-                Self::add(&self.wc_error, 1);
-                return true;
-            }
-        }
-        false
-    }
-
-    /// Records one latency sample, in ns.
-    pub(crate) fn latency(&self, ns: u64) {
-        self.lat_min.fetch_min(ns, Ordering::Relaxed);
-        self.lat_max.fetch_max(ns, Ordering::Relaxed);
-        self.lat_n.fetch_add(1, Ordering::Relaxed);
-        if let Some(b) = self.hist.get(bucket(ns)) {
-            b.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// Latency min, p50, p99, max (ns); zeros without samples.
-    pub(crate) fn latencies(&self) -> [u64; 4] {
-        let n = Self::get(&self.lat_n);
-        if n == 0 {
-            return [0; 4];
-        }
-        let pct = |p: u64| {
-            let want = (n * p).div_ceil(100).max(1);
-            let mut seen = 0;
-            for (i, b) in self.hist.iter().enumerate() {
-                seen += b.load(Ordering::Relaxed);
-                if seen >= want {
-                    return bucket_mid(i);
+/// Writes the text of `stats` into `t`: a line per run, then a line per device, then the
+/// endpoints and targets a peer is given.
+pub(crate) fn text(u: &Ulp, t: &mut impl Write) -> fmt::Result {
+    writeln!(
+        t,
+        "{:>3} {:<8} {:<4} {:<8} {:>7} {:>9} {:>5} {:<9} {:>3} {:<7} {:>9} {:>11} {:>9} {:>6} {:>5} {:>5} {:>7} {:>9} {:>8} {:>6} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "id", "dev", "mode", "op", "size", "count", "depth", "poll", "val", "state", "messages",
+        "bytes", "received", "errors", "lost", "dup", "corrupt", "wc_ok", "wc_flush", "wc_err",
+        "MB/s", "lat_min_us", "lat_p50_us", "lat_p99_us", "lat_max_us", "elapsed_us"
+    )?;
+    u.each_device(|d, runs| -> fmt::Result {
+        for r in runs {
+            let s = &r.counters;
+            let state = if r.active() {
+                if r.sender_done() {
+                    "ended"
+                } else {
+                    "running"
                 }
-            }
-            Self::get(&self.lat_max)
+            } else {
+                "done"
+            };
+            let start = r.start_ns.load(Ordering::Relaxed);
+            let end = match r.end_ns.load(Ordering::Relaxed) {
+                0 => now_ns(),
+                e => e,
+            };
+            let elapsed_ns = (end - start).max(1) as u64;
+            let bytes = Counters::get(&s.bytes);
+            // MB/s with one decimal: bytes * 1000 / ns = MB/s (10^6 bytes per second).
+            let mbps10 = bytes.saturating_mul(10_000) / elapsed_ns;
+            let [lmin, l50, l99, lmax] = s.latencies();
+            writeln!(
+                t,
+                "{:>3} {:<8} {:<4} {:<8} {:>7} {:>9} {:>5} {:<9} {:>3} {:<7} {:>9} {:>11} {:>9} {:>6} {:>5} {:>5} {:>7} {:>9} {:>8} {:>6} {:>6}.{} {:>10} {:>10} {:>10} {:>10} {:>10}",
+                r.id,
+                d.name(),
+                ctl::mode_name(r.spec.mode),
+                r.spec.op.name(),
+                r.spec.size,
+                r.spec.count,
+                r.spec.depth,
+                r.spec.poll.name(),
+                u8::from(r.spec.validate),
+                state,
+                Counters::get(&s.messages),
+                bytes,
+                Counters::get(&s.received),
+                Counters::get(&s.errors),
+                Counters::get(&s.lost),
+                Counters::get(&s.dup),
+                Counters::get(&s.corrupt),
+                Counters::get(&s.wc_success),
+                Counters::get(&s.wc_flush),
+                Counters::get(&s.wc_error),
+                mbps10 / 10,
+                mbps10 % 10,
+                Micros(lmin),
+                Micros(l50),
+                Micros(l99),
+                Micros(lmax),
+                elapsed_ns / 1000
+            )?;
+        }
+        Ok(())
+    })?;
+    // Per device: the sums over the runs listed.
+    u.each_device(|d, runs| -> fmt::Result {
+        let sum = |f: fn(&Counters) -> &AtomicU64| -> u64 {
+            runs.iter().map(|r| Counters::get(f(&r.counters))).sum()
         };
-        let (min, max) = (Self::get(&self.lat_min), Self::get(&self.lat_max));
-        [min, pct(50).clamp(min, max), pct(99).clamp(min, max), max]
-    }
+        writeln!(
+            t,
+            "device {} runs={} messages={} bytes={} received={} errors={} lost={} dup={} corrupt={} wc_ok={} wc_flush={} wc_err={} port_events={}",
+            d.name(),
+            runs.len(),
+            sum(|s| &s.messages),
+            sum(|s| &s.bytes),
+            sum(|s| &s.received),
+            sum(|s| &s.errors),
+            sum(|s| &s.lost),
+            sum(|s| &s.dup),
+            sum(|s| &s.corrupt),
+            sum(|s| &s.wc_success),
+            sum(|s| &s.wc_flush),
+            sum(|s| &s.wc_error),
+            d.port_events(),
+        )
+    })?;
+    // Server and client runs: this host's QP, for the peer's `peer=`, and an RDMA server's
+    // target, for the client's `go ... remote=`.
+    u.each_device(|d, runs| -> fmt::Result {
+        for r in runs {
+            if let (Some(e), true) = (r.endpoint, r.spec.role != Role::Loopback) {
+                writeln!(
+                    t,
+                    "endpoint {} {} {} {}",
+                    r.id,
+                    d.name(),
+                    r.spec.role.name(),
+                    ShowEndpoint(e)
+                )?;
+            }
+            if let (Some(m), Role::Server) = (r.target_remote(), r.spec.role) {
+                writeln!(t, "target {} {} {}", r.id, d.name(), m)?;
+            }
+        }
+        Ok(())
+    })
 }

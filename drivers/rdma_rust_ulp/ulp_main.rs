@@ -19,18 +19,28 @@ use kernel::rdma::{
 use kernel::sync::Arc;
 use kernel::{c_str, ffi::c_char, prelude::*, str::CStr};
 
-// In dependency order: each module uses only those above it.
-mod cm;
+// The modules bottom-up: each uses only those above it (imports.py in tools/testing/kunit
+// checks that no import points up). At the bottom, what uses no other: a run's counters, the
+// keep-alive ticker and the one wait for the handlers.
+mod counters;
+mod keepalive;
+mod wait;
+// The control language.
 mod ctl;
-mod registry;
+// A run: its QPs, buffers and data path.
 mod run;
+// Runs over the RDMA connection manager.
+mod cm;
+// The devices and their runs.
+mod registry;
+// The commands of `ctl`, carried out on the registry.
+mod dispatch;
+// The text of `stats`.
 mod stats;
-mod util;
-mod watchdog;
 
 use ctl::Defaults;
+use keepalive::{Keepalive, KeepaliveGuard};
 use registry::{StateGuard, Ulp, UlpDev};
-use watchdog::{Watchdog, WatchdogGuard};
 
 module! {
     type: RustUlp,
@@ -48,11 +58,11 @@ extern "C" {
 
 struct RustUlp {
     // Dropped in this order: the files `ctl` and `stats` (removing them returns once no
-    // control request or read is running, so none races with the rest), the watchdog (it
+    // control request or read is running, so none races with the rest), the keep-alive (it
     // ticks the runs), the client (its `remove` needs the state and stops and frees every
     // run), then the state.
     _files: Dir,
-    _watchdog: WatchdogGuard,
+    _keepalive: KeepaliveGuard,
     _reg: Registration<UlpClient>,
     _state: StateGuard,
 }
@@ -89,7 +99,12 @@ impl kernel::Module for RustUlp {
         let (defaults, max_runs) = defaults()?;
         let state = Ulp::publish(defaults, max_runs)?;
         let reg = Registration::<UlpClient>::new()?;
-        let watchdog = Watchdog::start()?;
+        // Every active run, ticked: rdma_cm connections probe a peer that has gone quiet.
+        let keepalive = Keepalive::start(|| {
+            if let Ok(u) = registry::ulp() {
+                u.tick();
+            }
+        })?;
         // The files' callbacks use the state published above.
         let files = Dir::new(c_str!("rdma_rust_ulp")).inspect_err(|e| {
             pr_err!("cannot create the debugfs directory: {e:?}\n");
@@ -104,7 +119,7 @@ impl kernel::Module for RustUlp {
         );
         Ok(RustUlp {
             _files: files,
-            _watchdog: watchdog,
+            _keepalive: keepalive,
             _reg: reg,
             _state: state,
         })
@@ -139,7 +154,7 @@ impl ControlFile for Ctl {
 
     fn write(data: &[u8]) -> Result {
         let u = registry::ulp()?;
-        u.command(ctl::parse(data, u.defaults())?)
+        dispatch::command(u, ctl::parse(data, u.defaults())?)
     }
 }
 
@@ -149,6 +164,6 @@ struct Stats;
 impl ShowFile for Stats {
     fn show(m: &SeqFile) -> Result {
         // Writing into a `SeqFile` cannot fail: only a `Display` impl could (`EINVAL`).
-        Ok(registry::stats_text(registry::ulp()?, &mut &*m)?)
+        Ok(stats::text(registry::ulp()?, &mut &*m)?)
     }
 }

@@ -26,6 +26,7 @@ use crate::{
     prelude::*,
     sync::lock::{Backend, Lock},
     types::Opaque,
+    workqueue::Work,
 };
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
@@ -261,6 +262,20 @@ pub fn cond_resched() -> bool {
     might_sleep();
     // SAFETY: Process context (checked by `might_sleep` with `CONFIG_DEBUG_ATOMIC_SLEEP`).
     unsafe { bindings::rdma_cond_resched() != 0 }
+}
+
+/// Waits until `work` has finished its last run (`flush_work`): once this returns, its function
+/// has returned, so a module that stops re-queueing a work item and flushes it runs no code for
+/// it afterwards (what its exit must wait for). 6.12's [`kernel::workqueue`] has no flush.
+/// Returns whether it had to wait. Sleeps: process context only.
+///
+/// [`kernel::workqueue`]: crate::workqueue
+pub fn flush_work<T: ?Sized, const ID: u64>(work: &Work<T, ID>) -> bool {
+    might_sleep();
+    // SAFETY: `work` is a reference, so the pointer is valid and aligned, and a `Work` is only
+    // ever made by `Work::new`, which initialises its `work_struct`. Process context (checked by
+    // `might_sleep` with `CONFIG_DEBUG_ATOMIC_SLEEP`).
+    unsafe { bindings::flush_work(Work::raw_get(work)) }
 }
 
 /// Whether the running task is a workqueue worker (`PF_WQ_WORKER`).

@@ -107,7 +107,7 @@ pub(crate) struct IoQueue {
     /// those that ended on an answer).
     errors: AtomicU64,
     /// A probe's answer ([`PROBE_IDLE`], [`PROBE_WAITING`] or its status), and its signal,
-    /// which a failure of the queue gives too (see `probe.rs`).
+    /// which a failure of the queue gives too (see `hostile.rs`).
     probe: AtomicI64,
     #[pin]
     probe_done: Signal,

@@ -3,8 +3,8 @@
 //! rping's protocol over one RC connection (rdma-core's `librdmacm/examples/rping.c`, also
 //! krping's), either side, driven from completion handlers. See [`super`] for the round trip.
 
-use crate::run::{register, Run};
-use crate::stats::Stats;
+use crate::counters::Counters;
+use crate::run::{now_ns, register, Run};
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use kernel::new_spinlock_bh;
 use kernel::prelude::*;
@@ -18,15 +18,10 @@ use kernel::rdma::{
     wr::{Completion, Wr},
 };
 use kernel::sync::Arc;
-use kernel::time::Ktime;
 
 /// Bytes of rping's buffer advertisement (`struct rping_rdma_info`).
 const INFO_LEN: usize = 16;
 const PAGE: usize = 4096;
-
-fn now_ns() -> i64 {
-    Ktime::ktime_get().to_ns()
-}
 
 /// A buffer advertisement.
 #[derive(Clone, Copy)]
@@ -158,8 +153,8 @@ struct Ping {
     last_round: bool,
 }
 
-/// Watchdog ticks without a round trip after which a connection probes its peer.
-const QUIET_TICKS: u32 = 2000 / crate::watchdog::TICK_MS;
+/// Keep-alive ticks without a round trip after which a connection probes its peer.
+const QUIET_TICKS: u32 = 2000 / crate::keepalive::TICK_MS;
 
 /// One RC connection of a ping run.
 #[pin_data]
@@ -176,7 +171,7 @@ pub(super) struct Conn {
     /// The keep-alive request, while it is not posted.
     #[pin]
     probe: SpinLockBh<Option<Wr<Probe>>>,
-    /// Round trips at the last watchdog tick, and ticks since one was made.
+    /// Round trips at the last keep-alive tick, and ticks since one was made.
     seen: AtomicU64,
     quiet: AtomicU32,
 }
@@ -466,12 +461,12 @@ impl Conn {
                 (Some(a), Some(b)) => same(a, b, size),
                 _ => false,
             };
-        run.stats
+        run.counters
             .latency(now_ns().saturating_sub(st.started_ns).max(0) as u64);
-        Stats::add(&run.stats.messages, 1);
-        Stats::add(&run.stats.bytes, 2 * size as u64);
+        Counters::add(&run.counters.messages, 1);
+        Counters::add(&run.counters.bytes, 2 * size as u64);
         if !ok {
-            Stats::add(&run.stats.corrupt, 1);
+            Counters::add(&run.counters.corrupt, 1);
             run.error(format_args!("ping {}: the sink does not match", st.seq));
         }
         st.seq += 1;
@@ -500,7 +495,7 @@ impl Conn {
         let mut st = self.st.lock();
         match st.phase {
             Phase::Reading => {
-                Stats::add(&run.stats.received, 1);
+                Counters::add(&run.counters.received, 1);
                 if run.spec.validate {
                     let data = wr
                         .data_mut()
@@ -510,18 +505,18 @@ impl Conn {
                         .unwrap_or(&[]);
                     match check_ping(data) {
                         None => {
-                            Stats::add(&run.stats.corrupt, 1);
+                            Counters::add(&run.counters.corrupt, 1);
                             run.error(format_args!(
                                 "ping {}: {} bytes read are not an rping message",
                                 st.seq, st.len
                             ));
                         }
                         Some(n) if n > st.seq => {
-                            Stats::add(&run.stats.lost, n - st.seq);
+                            Counters::add(&run.counters.lost, n - st.seq);
                             st.seq = n;
                         }
                         Some(n) if n < st.seq => {
-                            Stats::add(&run.stats.dup, 1);
+                            Counters::add(&run.counters.dup, 1);
                             st.seq = n;
                         }
                         Some(_) => {}
@@ -532,10 +527,10 @@ impl Conn {
                 self.advertise(&mut st, 0);
             }
             Phase::Writing => {
-                run.stats
+                run.counters
                     .latency(now_ns().saturating_sub(st.started_ns).max(0) as u64);
-                Stats::add(&run.stats.bytes, 2 * u64::from(st.len));
-                let done = run.stats.messages.fetch_add(1, Ordering::Relaxed) + 1;
+                Counters::add(&run.counters.bytes, 2 * u64::from(st.len));
+                let done = run.counters.messages.fetch_add(1, Ordering::Relaxed) + 1;
                 st.seq += 1;
                 st.xfer = Some(wr);
                 st.phase = Phase::WaitSource;
@@ -555,7 +550,7 @@ impl Conn {
         self.st.lock().seq
     }
 
-    /// A watchdog tick (process context): after [`QUIET_TICKS`] ticks without a round trip the
+    /// A keep-alive tick (process context): after [`QUIET_TICKS`] ticks without a round trip the
     /// connection probes its peer; a dead peer fails the probe, and the connection ends with
     /// an error, after the QP's retries (3.8 s with the default ACK timeout and retry count).
     pub(super) fn tick(&self) {
@@ -644,7 +639,7 @@ fn fill_ping(mr: &mut Mr, n: u64, size: usize) -> Result {
 impl Completion for Msg {
     fn done(mut wr: Wr<Self>, wc: &Wc) {
         let conn = wr.data().conn.clone();
-        if conn.run.stats.completion(wc.status()) {
+        if conn.run.counters.completion(wc.status()) {
             conn.fail(format_args!(
                 "{} completed with {:?}",
                 if wr.data().slot == RECV {
@@ -698,7 +693,7 @@ impl Completion for Msg {
 impl Completion for Xfer {
     fn done(wr: Wr<Self>, wc: &Wc) {
         let conn = wr.data().conn.clone();
-        if conn.run.stats.completion(wc.status()) {
+        if conn.run.counters.completion(wc.status()) {
             conn.fail(format_args!("RDMA completed with {:?}", wc.status()));
         } else if wc.status() == WcStatus::WrFlushErr {
             conn.flushed("an RDMA request");

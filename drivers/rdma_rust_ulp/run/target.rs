@@ -8,7 +8,7 @@
 //! slot `k` is slot `k % per_mr` of MR `k / per_mr`. Each slot is named by one request at a
 //! time, so a validated WRITE can be checked in its slot when it completes.
 
-use super::{bad, register, traffic::pattern};
+use super::{bad, payload::fill_pattern, register};
 use crate::ctl::{Op, Spec};
 use kernel::prelude::*;
 use kernel::rdma::{
@@ -83,9 +83,7 @@ impl Target {
             let mut sg = DmaSg::new(pd, pages)?;
             if fill {
                 for k in 0..n {
-                    for (i, b) in chunk.iter_mut().enumerate() {
-                        *b = pattern((first + k) as u64, i);
-                    }
+                    fill_pattern(&mut chunk, (first + k) as u64);
                     sg.write(k * size, &chunk)?;
                 }
             }

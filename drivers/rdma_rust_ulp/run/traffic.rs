@@ -7,72 +7,25 @@
 //! last signaled: its completion stands for all of them. A ping-pong run instead keeps two
 //! requests on each QP and pairs them with the messages to answer as they arrive ([`PpSlot`]).
 
-use super::{now_ns, target::Target, Run};
-use crate::ctl::{Fault, Op, Role, HEADER};
-use crate::stats::Stats;
+use super::{
+    now_ns,
+    payload::{check, check_mr, fill, holds},
+    target::Target,
+    Run,
+};
+use crate::counters::Counters;
+use crate::ctl::{Fault, Op, Role};
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
 use kernel::rdma::{
     ah::Ah,
     cq::Wc,
     dma::DmaBuf,
-    mr::{Mr, Remote},
+    mr::Remote,
     qp::{Qp, QpType, Rts},
     wr::{Completion, RecvOps, SendOps, Wr, GRH_LEN},
 };
 use kernel::sync::Arc;
-
-/// Byte `i` of message `seq`.
-pub(super) fn pattern(seq: u64, i: usize) -> u8 {
-    (seq as usize).wrapping_mul(31).wrapping_add(i) as u8 ^ 0xa5
-}
-
-/// Writes message `seq` of run `id` into `buf`: the pattern, under a header when `header`
-/// (messages to a receiver; RDMA WRITEs are checked in place by position, without one).
-fn fill(buf: &mut [u8], id: u32, seq: u64, header: bool) {
-    for (i, b) in buf.iter_mut().enumerate() {
-        *b = pattern(seq, i);
-    }
-    if header && buf.len() >= HEADER {
-        buf[..4].copy_from_slice(&(seq as u32).to_le_bytes());
-        buf[4..8].copy_from_slice(&id.to_le_bytes());
-    }
-}
-
-/// The sequence number of a validated message of run `id` (of any run if `None`: the sender
-/// is on another host), if it is intact.
-fn check(buf: &[u8], id: Option<u32>) -> Option<u32> {
-    let seq = u32::from_le_bytes(buf.get(..4)?.try_into().ok()?);
-    let run = u32::from_le_bytes(buf.get(4..8)?.try_into().ok()?);
-    let ok = id.map_or(true, |id| run == id)
-        && buf
-            .iter()
-            .enumerate()
-            .skip(HEADER)
-            .all(|(i, &b)| b == pattern(u64::from(seq), i));
-    ok.then_some(seq)
-}
-
-/// Whether bytes `off .. off + len` of `mr` hold message `seq` (with no header: RDMA target).
-fn check_mr(mr: &Mr, off: usize, len: usize, seq: u64) -> bool {
-    let mut chunk = [0u8; 128];
-    let mut done = 0;
-    while done < len {
-        let n = (len - done).min(chunk.len());
-        if mr.read(off + done, &mut chunk[..n]).is_err() {
-            return false;
-        }
-        if !chunk[..n]
-            .iter()
-            .enumerate()
-            .all(|(i, &b)| b == pattern(seq, done + i))
-        {
-            return false;
-        }
-        done += n;
-    }
-    true
-}
 
 /// Whether target slot `slot` holds message `seq`.
 fn check_slot(target: Option<&Target>, slot: usize, len: usize, seq: u64) -> bool {
@@ -316,16 +269,14 @@ fn verify(t: &mut Tx, run: &Run) {
         let (seq, slot) = (t.seq + j as u64, t.slot * batch + j);
         let ok = match spec.op {
             Op::Write => check_slot(t.target.as_deref(), slot, size, seq),
-            Op::Read => t.bufs.get_mut(j).is_some_and(|b| {
-                b.as_slice()
-                    .iter()
-                    .enumerate()
-                    .all(|(i, &v)| v == pattern(slot as u64, i))
-            }),
+            Op::Read => t
+                .bufs
+                .get_mut(j)
+                .is_some_and(|b| holds(b.as_slice(), 0, slot as u64)),
             _ => true,
         };
         if !ok {
-            Stats::add(&run.stats.corrupt, 1);
+            Counters::add(&run.counters.corrupt, 1);
             run.error(format_args!(
                 "{} of message {seq} does not match",
                 spec.op.name()
@@ -349,10 +300,10 @@ impl Completion for Tx {
         }
         let t = wr.data_mut();
         let lat = now_ns().saturating_sub(t.posted_ns);
-        run.stats.latency(lat.max(0) as u64);
+        run.counters.latency(lat.max(0) as u64);
         let n = t.n as u64;
-        Stats::add(&run.stats.messages, n);
-        Stats::add(&run.stats.bytes, n * run.spec.size as u64);
+        Counters::add(&run.counters.messages, n);
+        Counters::add(&run.counters.bytes, n * run.spec.size as u64);
         if run.spec.validate {
             verify(t, &run);
         }
@@ -363,7 +314,7 @@ impl Completion for Tx {
 /// Counts and checks a message that arrived (SEND, SEND_WITH_IMM) at the receiving QP.
 fn received(r: &mut Rx, run: &Run, wc: &Wc) {
     let spec = &run.spec;
-    let received = run.stats.received.fetch_add(1, Ordering::Relaxed) + 1;
+    let received = run.counters.received.fetch_add(1, Ordering::Relaxed) + 1;
     if spec.role == Role::Server && received == spec.count {
         run.receives_over();
     }
@@ -376,21 +327,21 @@ fn received(r: &mut Rx, run: &Run, wc: &Wc) {
     let data = r.buf.as_slice().get(skip..skip + len).unwrap_or(&[]);
     let sender = (spec.role == Role::Loopback).then_some(run.id);
     let Some(seq) = check(data, sender).filter(|_| len == spec.size) else {
-        Stats::add(&run.stats.corrupt, 1);
+        Counters::add(&run.counters.corrupt, 1);
         run.error(format_args!("received a corrupt message ({len} bytes)"));
         return;
     };
     let seq = u64::from(seq);
     if spec.op == Op::SendImm && wc.imm_data() != Some(seq as u32) {
-        Stats::add(&run.stats.corrupt, 1);
+        Counters::add(&run.counters.corrupt, 1);
         run.error(format_args!("message {seq}: immediate {:?}", wc.imm_data()));
     }
     let want = run.rx_expected.load(Ordering::Relaxed);
     if seq >= want {
-        Stats::add(&run.stats.lost, seq - want);
+        Counters::add(&run.counters.lost, seq - want);
         run.rx_expected.store(seq + 1, Ordering::Relaxed);
     } else {
-        Stats::add(&run.stats.dup, 1);
+        Counters::add(&run.counters.dup, 1);
     }
 }
 
@@ -515,7 +466,7 @@ fn pp_received(r: &mut Rx, run: &Run, side: Side, wc: &Wc) {
     // What this side waits for: the next ping, or the answer to the ping in flight.
     let want = match side {
         Side::Pong => run.rx_expected.load(Ordering::Relaxed),
-        Side::Ping => Stats::get(&run.stats.messages),
+        Side::Ping => Counters::get(&run.counters.messages),
     };
     let from = match side {
         Side::Pong => Side::Ping,
@@ -534,7 +485,7 @@ fn pp_received(r: &mut Rx, run: &Run, side: Side, wc: &Wc) {
             }
         };
     if !intact {
-        Stats::add(&run.stats.corrupt, 1);
+        Counters::add(&run.counters.corrupt, 1);
         run.error(format_args!("ping-pong message {want} does not match"));
         run.stop();
         run.pp_end();
@@ -542,15 +493,15 @@ fn pp_received(r: &mut Rx, run: &Run, side: Side, wc: &Wc) {
     }
     match side {
         Side::Pong => {
-            Stats::add(&run.stats.received, 1);
+            Counters::add(&run.counters.received, 1);
             run.rx_expected.store(want + 1, Ordering::Relaxed);
             pp_owe(run, Side::Pong, want);
         }
         Side::Ping => {
             let rtt = now_ns().saturating_sub(run.pp.ping_ns.load(Ordering::Relaxed));
-            run.stats.latency(rtt.max(0) as u64);
-            Stats::add(&run.stats.messages, 1);
-            Stats::add(&run.stats.bytes, spec.size as u64);
+            run.counters.latency(rtt.max(0) as u64);
+            Counters::add(&run.counters.messages, 1);
+            Counters::add(&run.counters.bytes, spec.size as u64);
             if want + 1 >= spec.count {
                 run.pp_end();
             } else {

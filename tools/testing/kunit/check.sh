@@ -1,9 +1,11 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 # Static checks of the project's Rust code (`make check`):
+#  - imports.py: no import cycle in the ULP, the block ULP, kernel::rdma and the KUnit
+#    tests (every import points down; a child may use its parent), and each crate root
+#    declares its modules bottom up; it needs no build, so it runs first;
 #  - rustfmt, with the kernel tree's .rustfmt.toml (what `make rustfmtcheck` uses);
 #  - `bindings::` only inside rust/rdma;
-#  - rust/rdma/rdma.rs declares its modules bottom up (imports.py --order);
 #  - clippy (the kernel's CLIPPY=1) on kernel::rdma, the modules and the sample: no warning
 #    in this project's files;
 #  - compile_fail/: code the types of kernel::rdma must refuse, refused with the error
@@ -15,10 +17,22 @@
 # the code. The tree is rebuilt normally afterwards.
 . "$(dirname "$0")/lib.sh"
 
-lock_tree
-"$KUNIT_DIR/build.sh"
 fail=0
 cd "$PROJECT_DIR"
+
+log "import cycles and module order"
+for crate in "drivers/rdma_rust_ulp ulp_main crate" "drivers/rdma_rust_blk blk_main crate" \
+	"rust/rdma rdma crate::rdma" "tools/testing/kunit/rdma rdma_kunit_tests crate"; do
+	read -r dir root prefix <<< "$crate"
+	if ! out=$(python3 "$KUNIT_DIR/imports.py" "$dir" "$root" "$prefix" --order); then
+		echo "$out" >&2
+		echo "check: $dir: imports must point down, and the root declare its modules bottom up (see $KUNIT_DIR/imports.py)" >&2
+		fail=1
+	fi
+done
+
+lock_tree
+"$KUNIT_DIR/build.sh"
 mapfile -t rs < <(git ls-files '*.rs' 2>/dev/null || find rust drivers samples tools -name '*.rs')
 
 log "rustfmt --check"
@@ -31,13 +45,6 @@ fi
 log "bindings:: outside rust/rdma"
 if grep -n 'bindings::' "${rs[@]}" | grep -v '^rust/rdma/'; then
 	echo "check: the lines above use bindings:: outside rust/rdma" >&2
-	fail=1
-fi
-
-log "module order of kernel::rdma"
-if ! python3 "$KUNIT_DIR/imports.py" rust/rdma rdma crate::rdma --order > "$LOGS/imports.log" 2>&1; then
-	cat "$LOGS/imports.log" >&2
-	echo "check: rust/rdma/rdma.rs does not declare its modules bottom up (or they import in a cycle)" >&2
 	fail=1
 fi
 
@@ -91,7 +98,7 @@ log "rebuilding without clippy"
 "$KUNIT_DIR/build.sh"
 DOCS_TREE_BUILT=1 "$KUNIT_DIR/docs.sh" || fail=1
 if [ $fail = 0 ]; then
-	echo "check: rustfmt, bindings, clippy, compile-fail cases, rustdoc and Sphinx clean"
+	echo "check: imports, rustfmt, bindings, clippy, compile-fail cases, rustdoc and Sphinx clean"
 else
 	die "static checks failed"
 fi

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! What the other files of the ULP share: the one way the ULP waits for its handlers.
+//! The one way the ULP waits for its handlers: polling a direct CQ, or sleeping on a signal
+//! they complete.
 
 use kernel::prelude::*;
 use kernel::rdma::{

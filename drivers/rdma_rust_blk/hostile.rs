@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! `probe`: one raw command sent to a target, as a hostile or broken initiator would send it,
-//! and what the target did with it. For testing targets: the commands a disk sends are always
-//! well formed.
+//! A hostile initiator, for testing targets (the control command `probe`): one raw command sent
+//! to a target, as a hostile or broken initiator would send it, and what the target did with
+//! it. The commands a disk sends are always well formed.
 //!
 //! The probe connects one queue of depth 1 to the volume (a real handshake), sends the command
 //! (opcode, tag, sector, length as given, and `inline` bytes of zeros after it; opcodes 1 and 2

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * rdma_rust_ulp: module parameters, and flushing a work item. Linux 6.12's
- * Rust API has neither; this file declares the parameters and hands them to
- * the Rust side (ulp_main.rs), which owns all state and all checks.
+ * rdma_rust_ulp: the module parameters. Linux 6.12's Rust module! macro takes
+ * no parameters (its keys are type, name, author, description, license, alias
+ * and firmware), so this file declares them and hands their values to the Rust
+ * side (ulp_main.rs), which owns all state and all checks.
  */
 
 #include <linux/module.h>
-#include <linux/workqueue.h>
 
 static unsigned int default_depth = 16;
 module_param(default_depth, uint, 0444);
@@ -26,7 +26,6 @@ MODULE_PARM_DESC(max_runs, "Runs in flight at once, over all devices (1-64, defa
 unsigned int rdma_rust_ulp_param_default_depth(void);
 const char *rdma_rust_ulp_param_default_poll(void);
 unsigned int rdma_rust_ulp_param_max_runs(void);
-void rdma_rust_ulp_flush_work(struct work_struct *work);
 
 unsigned int rdma_rust_ulp_param_default_depth(void)
 {
@@ -41,13 +40,4 @@ const char *rdma_rust_ulp_param_default_poll(void)
 unsigned int rdma_rust_ulp_param_max_runs(void)
 {
 	return max_runs;
-}
-
-/*
- * Waits until @work has finished running, its function returned: 6.12's Rust
- * workqueue API has no flush, and module code must not run after exit.
- */
-void rdma_rust_ulp_flush_work(struct work_struct *work)
-{
-	flush_work(work);
 }
