@@ -79,11 +79,11 @@ export name=w size=1m addr=10.77.0.1 port=7402" "export name=v size=1m addr=10.7
 	[ $bad = 0 ]
 }
 
-# blk_pattern: a pattern written over the whole disk with direct I/O reads back
-# with the same checksum.
+# blk_pattern [MB]: a pattern written over the whole disk (or its first MB MiB)
+# with direct I/O reads back with the same checksum.
 blk_pattern() {
 	local want got
-	dd if=/dev/urandom of=/tmp/pattern bs=1M count=$VOL_MB 2> /dev/null || return 1
+	dd if=/dev/urandom of=/tmp/pattern bs=1M count="${1:-$VOL_MB}" 2> /dev/null || return 1
 	want=$(md5sum < /tmp/pattern)
 	dd if=/tmp/pattern of=/dev/rrbd0 bs=128k oflag=direct 2> /tmp/dd.err || { cat /tmp/dd.err; return 1; }
 	got=$(dd_md5 if=/dev/rrbd0 bs=64k iflag=direct) || { echo "$got"; return 1; }
@@ -452,7 +452,9 @@ blk_suite() {
 	check blk_4k_writes_copied blk_inline_writes inline_writes_copied inline_writes_lent
 	check blk_4k_block_writes_copied blk_block_writes bounced_io
 	check blk_128k_io_bounced blk_large_io bounced_io registered_io
-	check blk_pattern_bounced blk_pattern
+	# (Its first 4 MiB: the whole disk took 70 s more of the debug kernel's
+	# copies, and proved no more of the bounce path.)
+	check blk_pattern_bounced blk_pattern 4
 	check blk_bounce_disconnect blk_disconnect
 	# The target goes away under I/O: unexport; the disk fails, then goes.
 	check blk_unexport_under_io blk_connect depth=8

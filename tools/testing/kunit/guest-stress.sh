@@ -289,6 +289,14 @@ long_rc() {
 	id=$(ulp_last_id)
 	stress_say "rc messages=$1 received=$(ulp_stat "$id" received) lost=$(ulp_stat "$id" lost) dup=$(ulp_stat "$id" dup) corrupt=$(ulp_stat "$id" corrupt)"
 }
+# long_rping N: N rping round trips of 64 B and N of 4 KiB from user-space
+# rping's client to the ULP's server, then N from the ULP's client to rping's
+# server, each validated by both sides (rdma_ulp_cm's checks, at scale).
+long_rping() {
+	ulp_cm_serve_rping 10.77.0.1 7231 "$1" 64 4096 || return 1
+	ulp_cm_ping_rping 10.77.0.1 7232 "$1" 64 || return 1
+	stress_say "rping round trips=$1 each way, validated"
+}
 # long_ud N: N validated UD datagrams: none duplicated or corrupt, every one
 # received or counted lost; the losses are reported
 long_ud() {
@@ -298,10 +306,12 @@ long_ud() {
 	stress_say "ud datagrams=$1 received=$(ulp_stat "$id" received) lost=$(ulp_stat "$id" lost)"
 }
 
-# stress_suite CYCLES HOSTILE RC_MSGS UD_MSGS: the fault suite, as the KTAP
-# suite rdma_stress. Needs rxe0 and rxe1, and the ULP not loaded.
+# stress_suite CYCLES HOSTILE RC_MSGS UD_MSGS [PINGS]: the fault suite, as the
+# KTAP suite rdma_stress; PINGS rping round trips each way with long_rping
+# (`make stress` only: make test's rdma_ulp_cm makes a hundred). Needs rxe0
+# and rxe1, and the ULP not loaded.
 stress_suite() {
-	local cycles=$1 nhostile=$2 nrc=$3 nud=$4
+	local cycles=$1 nhostile=$2 nrc=$3 nud=$4 nping=${5:-0}
 	suite_begin rdma_stress
 	: > /tmp/stress-why
 	baseline none
@@ -315,6 +325,7 @@ stress_suite() {
 	check hostile_ctl stress_kind hostile 1 hostile_ctl "$nhostile"
 	check long_rc stress_kind long_rc 1 long_rc "$nrc"
 	check long_ud stress_kind long_ud 1 long_ud "$nud"
+	[ "$nping" = 0 ] || check long_rping stress_kind long_rping 1 long_rping "$nping"
 	check stress_rmmod timeout 60 rmmod rdma_rust_ulp
 	check rmmod_cycles stress_kind rmmod "$cycles" rmmod_cycle
 	[ ! -s /tmp/stress-why ] || cat /tmp/stress-why > /dev/console
@@ -391,16 +402,17 @@ link_add_profile() {
 }
 
 # `make stress`: one guest, the full counts (rdmatest.cycles, .hostile,
-# .rc_messages, .ud_datagrams on the command line).
+# .rc_messages, .ud_datagrams, .rpings on the command line).
 mode_stress() {
 	local cycles nhostile nrc nud
 	cycles=$(arg rdmatest.cycles); cycles=${cycles:-100}
 	nhostile=$(arg rdmatest.hostile); nhostile=${nhostile:-1000}
 	nrc=$(arg rdmatest.rc_messages); nrc=${nrc:-1000000}
 	nud=$(arg rdmatest.ud_datagrams); nud=${nud:-100000}
+	nping=$(arg rdmatest.rpings); nping=${nping:-1000}
 	setup_suite
 	link_add_profile rxe1 veth1
-	stress_suite "$cycles" "$nhostile" "$nrc" "$nud"
+	stress_suite "$cycles" "$nhostile" "$nrc" "$nud" "$nping"
 	# The release kernel has no kmemleak: the debug kernel's run checks leaks.
 	[ "$(arg rdmatest.flavor)" = release ] || leak_suite
 }

@@ -540,10 +540,11 @@ ulp_cm() {
 	suite_begin rdma_ulp_cm
 	rdma_resources > /tmp/res-before
 	check insmod insmod /lib/modules/extra/rdma_rust_ulp.ko
-	check rping_client_to_ulp_server ulp_cm_serve_rping 10.77.0.1 7201 1000 64 4096
+	# A hundred round trips each way: `make stress` makes a thousand (long_rping).
+	check rping_client_to_ulp_server ulp_cm_serve_rping 10.77.0.1 7201 100 64 4096
 	check rping_client_to_ulp_server_ipv6 ulp_cm_serve_rping fd77::1 7211 100 64 4096
 	check rping_client_to_ulp_server_link_local ulp_cm_link_local 7212
-	check ulp_client_to_rping_server ulp_cm_ping_rping 10.77.0.1 7202 1000 64
+	check ulp_client_to_rping_server ulp_cm_ping_rping 10.77.0.1 7202 100 64
 	check ulp_client_to_ulp_server_rc ulp_cm_pair 10.77.0.1 7203 rc 300 4096
 	check ulp_client_to_ulp_server_ud ulp_cm_pair 10.77.0.1 7204 ud 300 1024
 	check ulp_multicast_two_receivers ulp_cm_mcast

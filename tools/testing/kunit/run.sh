@@ -10,7 +10,8 @@
 #   run.sh stress the fault suite on FLAVOR's kernel (guest-stress.sh): its
 #                 report, then "N passed, N failed" like `test`
 #
-# Environment: RDMA_RUST_CACHE (build cache), RDMA_RUST_LOGS (logs), SERIAL
+# Environment: ONLY (one suite: kunit, traffic, cm, samples, blk, stress, or
+# peers), RDMA_RUST_CACHE (build cache), RDMA_RUST_LOGS (logs), SERIAL
 # (1: the topologies one after the other, the default below four cores),
 # VM_TIMEOUT (seconds per boot, default 4200; `stress`: 7200), STRESS_KILLS (`stress`: times
 # the peer guest is killed mid-connection, default 5), STRESS_PART (`stress`: guest or
@@ -25,6 +26,15 @@
 . "$(dirname "$0")/lib.sh"
 
 mode=${1:-test}
+# ONLY=SUITE, the quick loop (Documentation/testing.rst): one suite of the
+# loopback guest, or the two guests alone.
+case ${ONLY:-} in
+'') ;;
+peers) TOPOLOGY=peers ;;
+kunit | traffic | cm | samples | blk | stress)
+	TOPOLOGY=loopback RDMATEST_EXTRA="rdmatest.only=$ONLY ${RDMATEST_EXTRA:-}" ;;
+*) die "ONLY=$ONLY: one of kunit, traffic, cm, samples, blk, stress (the loopback guest's suites) or peers" ;;
+esac
 # The loopback guest alone takes ~25 min on this two-core machine (rdma_ulp_cm
 # is 7 of them: 1000-round-trip rping runs at ~0.1 s each under KASAN; the
 # fault suite's short version ~8), and more than 45 on a slow one: on
@@ -274,7 +284,8 @@ guests=() expect=
 t1=$(date +%s)
 if [ "$mode" = stress ]; then
 	# STRESS_CYCLES (link, netdev and rmmod cycles each), STRESS_HOSTILE
-	# (control strings), STRESS_RC (validated RC messages), STRESS_UD (UD
+	# (control strings), STRESS_RPINGS (rping round trips each way, to and
+	# from the ULP), STRESS_RC (validated RC messages), STRESS_UD (UD
 	# datagrams). 100 cycles of each fault on both kernels (on the debug
 	# kernel, where `rdma link add` takes ~1.7 s, they take about an hour).
 	# The debug kernel moves ~220 UD datagrams/s: 100,000 would outlast the
@@ -289,7 +300,7 @@ if [ "$mode" = stress ]; then
 	part=${STRESS_PART:-all}
 	if [ "$part" != peers ]; then
 		log "one guest on the $FLAVOR kernel: the fault suite, $cycles cycles of each fault (log: $run_dir/stress.log)"
-		VM_TIMEOUT=${STRESS_TIMEOUT:-7200} vm stress "rdmatest=stress rdmatest.flavor=$FLAVOR rdmatest.cycles=$cycles rdmatest.hostile=${STRESS_HOSTILE:-1000} rdmatest.rc_messages=$nrc rdmatest.ud_datagrams=$nud" \
+		VM_TIMEOUT=${STRESS_TIMEOUT:-7200} vm stress "rdmatest=stress rdmatest.flavor=$FLAVOR rdmatest.cycles=$cycles rdmatest.hostile=${STRESS_HOSTILE:-1000} rdmatest.rc_messages=$nrc rdmatest.ud_datagrams=$nud rdmatest.rpings=${STRESS_RPINGS:-1000}" \
 			-smp 2 -net none
 		guests+=(--guest "stress=$run_dir/stress.log=$(cat "$run_dir/stress.status")")
 		expect+=,rdma_setup,rdma_stress
@@ -347,10 +358,11 @@ python3 "$KUNIT_DIR/ktap_collect.py" --expect "$expect" "${guests[@]}" \
 python3 "$KSRC/tools/testing/kunit/kunit.py" parse --json="$run_dir/results.json" \
 	< "$run_dir/results.ktap" | tee "$run_dir/kunit.txt" || true
 grep -h 'rdmatest: rping\|rdmastress: peer kill' "$run_dir"/peer-[ab].log 2>/dev/null | sed 's/^\[[ 0-9.]*\] //' || true
-# Where each guest's time went: its ten slowest checks.
+# Where each guest's time went: its ten slowest checks (the log has them all).
 for f in "$run_dir"/*.log; do
 	g=${f##*/}
-	grep 'rdmatest: slow check: ' "$f" 2> /dev/null | sed "s/^\[[ 0-9.]*\] rdmatest: slow check: /${g%.log}: /" || true
+	grep 'rdmatest: slow check: ' "$f" 2> /dev/null | head -n 10 |
+		sed "s/^\[[ 0-9.]*\] rdmatest: slow check: /${g%.log}: /" || true
 done
 
 log "build ${t_build}s, VMs ${t_vm}s; logs in $run_dir"
@@ -360,7 +372,7 @@ stress_report() {
 		/rdmastress: kind=/ { g = FILENAME; sub(".*/", "", g); sub("[.]log$", "", g); delete f
 			for (i = 1; i <= NF; i++) if (split($i, kv, "=") == 2) f[kv[1]] = kv[2]
 			printf "%-8s %-14s %-9s %8s %9s %9.1fs\n", k, g, f["kind"], f["cycles"], f["failures"], f["ms"] / 1000 }
-		/rdmastress: (rc messages|ud datagrams)=/ { sub(".*rdmastress: ", ""); more = more k ": " $0 "\n" }
+		/rdmastress: (rc messages|ud datagrams|rping round trips)=/ { sub(".*rdmastress: ", ""); more = more k ": " $0 "\n" }
 		/rdmastress: link add profile: ms [0-9]/ { sub(".*profile: ms ", ""); more = more k ": rdma link add, three times (ms): " $0 "\n" }
 		/rdmastress: peer kill: run [0-9]+ ended/ { for (i = 1; i <= NF; i++) if ($i == "error") t = $(i + 1)
 			kn++; if (t > kt) kt = t }
