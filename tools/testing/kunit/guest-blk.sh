@@ -82,11 +82,11 @@ export name=w size=1m addr=10.77.0.1 port=7402" "export name=v size=1m addr=10.7
 # blk_pattern [MB]: a pattern written over the whole disk (or its first MB MiB)
 # with direct I/O reads back with the same checksum.
 blk_pattern() {
-	local want got
-	dd if=/dev/urandom of=/tmp/pattern bs=1M count="${1:-$VOL_MB}" 2> /dev/null || return 1
+	local want got mb=${1:-$VOL_MB}
+	dd if=/dev/urandom of=/tmp/pattern bs=1M count="$mb" 2> /dev/null || return 1
 	want=$(md5sum < /tmp/pattern)
 	dd if=/tmp/pattern of=/dev/rrbd0 bs=128k oflag=direct 2> /tmp/dd.err || { cat /tmp/dd.err; return 1; }
-	got=$(dd_md5 if=/dev/rrbd0 bs=64k iflag=direct) || { echo "$got"; return 1; }
+	got=$(dd_md5 if=/dev/rrbd0 bs=64k count=$((mb * 16)) iflag=direct) || { echo "$got"; return 1; }
 	rm -f /tmp/pattern
 	[ "$got" = "$want" ] || { echo "read back $got, wrote $want"; return 1; }
 }
@@ -314,8 +314,13 @@ blk_io_start() {
 	(while dd if=/dev/rrbd0 of=/dev/null bs="$2" iflag=direct 2> /dev/null; do :; done
 		uptime_ms > "$1-reader") &
 	blk_io_pids=$!
-	(while dd if=/dev/zero of=/dev/rrbd0 bs=4k count=64 oflag=direct 2> /dev/null &&
+	# The writer stops when the disk is gone, too: a dd started between two of
+	# its I/Os after the disk went would create /dev/rrbd0 as a file and write
+	# to it for ever (seen once rmmod took a second: the debug kernel with
+	# inline KASAN checks). Such a file is removed.
+	(while [ -b /dev/rrbd0 ] && dd if=/dev/zero of=/dev/rrbd0 bs=4k count=64 oflag=direct 2> /dev/null &&
 		dd if=/dev/zero of=/dev/rrbd0 bs=128k count=8 seek=2 oflag=direct 2> /dev/null; do :; done
+		[ -b /dev/rrbd0 ] || rm -f /dev/rrbd0
 		uptime_ms > "$1-writer") &
 	blk_io_pids="$blk_io_pids $!"
 }
