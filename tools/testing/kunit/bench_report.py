@@ -379,7 +379,7 @@ def chart(rows, out, title):
     script = f"""
 set terminal pngcairo size 900,560 font 'sans,10'
 set output '{os.path.join(out, "bench.png")}'
-set title '{title}: throughput against message size (rxe0 loopback, release kernel)'
+set title '{title}: throughput against message size (rxe0 loopback)'
 set logscale x 2
 set logscale y 10
 set xlabel 'message size (bytes)'

@@ -212,9 +212,9 @@ fi
 
 if [ "$mode" = bench ]; then
 	# BENCH_QUICK=1 (CI): one round of small counts, to keep the bench from
-	# rotting. It proves that every case runs and validates, never a figure, so
-	# it runs on the test kernel that CI has already built (and whose debug
-	# options then watch the bench's paths too) instead of a second kernel build.
+	# rotting: every case runs and validates, no figure. It may also run on the
+	# test kernel (FLAVOR=debug run.sh bench), whose debug options then watch
+	# the bench's paths (rdma.config has the tracing and SysV IPC it needs).
 	# BENCH_ROUNDS, BENCH_BYTES: rounds, and bytes per throughput run.
 	[ "$FLAVOR" = release ] || [ -n "${BENCH_QUICK:-}" ] ||
 		die "make bench times the release kernel only (FLAVOR=release; BENCH_QUICK=1 runs on either)"
@@ -238,7 +238,7 @@ if [ "$mode" = bench ]; then
 	# script-blk-trace.sh: rxe's work items and the context switches too.
 	[ -z "${BENCH_TRACE_ALL:-}" ] || extra="$extra rdmatest.trace_all=1"
 	t1=$(date +%s)
-	log "one guest on the release kernel: the ULP against perftest and rping (log: $run_dir/bench.log)"
+	log "one guest on the $FLAVOR kernel: the ULP against perftest and rping (log: $run_dir/bench.log)"
 	logs=() status=ok
 	if [ "${BENCH_TOPOLOGY:-all}" != peers ]; then
 		VM_MEM=1024 VM_INITRD=$IMAGES/initramfs-bench.cpio.gz \
@@ -247,7 +247,7 @@ if [ "$mode" = bench ]; then
 		[ "$(cat "$run_dir/bench.status")" = ok ] || status="bench: $(cat "$run_dir/bench.status")"
 	fi
 	if [ "${BENCH_TOPOLOGY:-all}" != loopback ] && [ "${BENCH_CASES:-}" != script ]; then
-		log "two guests on the release kernel (logs: $run_dir/bench-a.log, $run_dir/bench-b.log)"
+		log "two guests on the $FLAVOR kernel (logs: $run_dir/bench-a.log, $run_dir/bench-b.log)"
 		peers bench-a "rdmatest=bench-a $extra" bench-b "rdmatest=bench-b $extra"
 		logs+=("$run_dir/bench-a.log" "$run_dir/bench-b.log")
 		for g in bench-a bench-b; do
@@ -270,7 +270,7 @@ if [ "$mode" = bench ]; then
 	EOF
 	rc=0
 	python3 "$KUNIT_DIR/bench_report.py" --out "$run_dir" \
-		--title "make bench ($(date +%F), $(nproc) host cores, TCG)" \
+		--title "make bench ($(date +%F), $(nproc) host cores, TCG, $FLAVOR kernel)" \
 		--expect-guests ${#logs[@]} "${logs[@]}" || rc=$?
 	[ "$status" = ok ] || die "$status (logs in $run_dir)"
 	exit $rc
