@@ -71,7 +71,7 @@ if [ ! -e "$KSRC/.config" ] || ! cmp -s "$fragment" "$KSRC/.rdma-rust.config"; t
 fi
 
 # --- 3. kernel -----------------------------------------------------------------
-log "building the $FLAVOR kernel in $KSRC (incremental; a cold build with the modules takes ~20 min on 2 cores)"
+log "building the $FLAVOR kernel in $KSRC (incremental; a cold build with the modules takes 8-20 min on 2 cores, by host)"
 if ! "${KMAKE[@]}" bzImage modules > "$LOGS/kernel-build.log" 2>&1; then
 	tail -40 "$LOGS/kernel-build.log" >&2
 	die "kernel build failed (full log: $LOGS/kernel-build.log)"
