@@ -77,7 +77,7 @@ log "initramfs: $out ($(du -h "$out" | cut -f1))"
 # fio and nvme-cli for the bench guest: a second archive appended to the first
 # (the kernel unpacks them in turn), built once and kept until they change.
 # On the release flavor always; on the debug one when a bench asks for it
-# (BENCH_INITRD=1: CI's quick bench runs on the test kernel).
+# (BENCH_INITRD=1, set by run.sh bench: a quick bench run on the test kernel).
 if [ "$FLAVOR" = release ] || [ -n "${BENCH_INITRD:-}" ]; then
 	fio_cpio=$IMAGES/fio.cpio.gz
 	for b in /usr/bin/fio /usr/sbin/nvme; do
