@@ -37,6 +37,7 @@ mod cm;
 mod ctor;
 mod data;
 mod faults;
+mod invalidate;
 mod pool;
 mod query;
 mod soundness;
@@ -201,16 +202,24 @@ struct RcPair {
 }
 
 fn rc_pair_with(dev: &Device, caps: &QpCaps, poll: PollContext, p: &RcParams) -> Result<RcPair> {
-    let pd = Pd::new(dev)?;
-    let cq = Cq::new(dev, 256, 0, poll)?;
+    rc_pair_on(&Pd::new(dev)?, &Cq::new(dev, 256, 0, poll)?, caps, p)
+}
+
+/// A connected loopback pair of RC QPs of `pd`, both reporting to `cq`.
+fn rc_pair_on(pd: &Arc<Pd>, cq: &Arc<Cq>, caps: &QpCaps, p: &RcParams) -> Result<RcPair> {
     let access =
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
-    let a = Qp::new(&pd, QpType::Rc, &cq, &cq, caps)?.to_init(1, access)?;
-    let b = Qp::new(&pd, QpType::Rc, &cq, &cq, caps)?.to_init(1, access)?;
+    let a = Qp::new(pd, QpType::Rc, cq, cq, caps)?.to_init(1, access)?;
+    let b = Qp::new(pd, QpType::Rc, cq, cq, caps)?.to_init(1, access)?;
     let (ea, eb) = (a.endpoint()?, b.endpoint()?);
     let a = a.connect(&eb, p)?;
     let b = b.connect(&ea, p)?;
-    Ok(RcPair { a, b, cq, pd })
+    Ok(RcPair {
+        a,
+        b,
+        cq: cq.clone(),
+        pd: pd.clone(),
+    })
 }
 
 /// A UD QP of `pd` on port 1 with Q_Key `qkey`, reporting to `cq`, ready to send.

@@ -1,0 +1,178 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! When a registration ends: an MR (or a [`LentMr`]) counts as free only once an invalidation
+//! of it has run on the device, never on the strength of a post or of a completion seen
+//! before the registration it would revoke.
+//!
+//! A QP pair on one device: `b` registers an MR, `a` is the peer that writes it and
+//! invalidates it remotely.
+
+use super::*;
+use kernel::{
+    page::{Page, PAGE_SIZE},
+    rdma::dma::{PageOwner, Segment},
+    rdma::mr::LentMr,
+};
+
+/// One page the case owns, lent to a [`LentMr`] for the peer to write.
+struct OnePage(Page);
+
+// SAFETY: The segment is the owned page, which lives as long as `self`.
+unsafe impl PageOwner for OnePage {
+    fn segments(&self, out: &mut [Segment]) -> Result<usize> {
+        let o = out.first_mut().ok_or(E2BIG)?;
+        *o = Segment::from_page(&self.0, 0, PAGE_SIZE)?;
+        Ok(1)
+    }
+
+    fn device_may_write(&self) -> bool {
+        true
+    }
+}
+
+/// A LOCAL_INV that never ran (flushed: its QP was in the error state) leaves the
+/// registration live, and the MR says so: it stays registered, keeps its buffer from the CPU
+/// and a [`LentMr`] keeps its owner, while the peer can still write through the old rkey.
+#[no_mangle]
+extern "C" fn rdma_kunit_mr_inv_flushed() -> c_int {
+    ret((|| {
+        let dev = rxe0()?;
+        let p = rc_pair(&dev)?;
+        // The MR and its peer's access go through `p`; the LOCAL_INV through `q`, a pair on
+        // the same PD whose QP is stopped first, so that it is flushed.
+        let q = rc_pair_on(&p.pd, &p.cq, &QpCaps::default(), &RcParams::default())?;
+        let mr = registered_mr(&p.b, 4096, 0, Access::REMOTE_WRITE)?;
+        let remote = mr.remote()?;
+        q.b.set_error()?;
+        let d = post_one(&q.b, mr, WcStatus::WrFlushErr, WcOpcode::LocalInv, |mr, ops| {
+            ops.local_inv(mr)?;
+            Ok(())
+        })?;
+        let mut mr = d.payload;
+        // The registration is live: the peer's WRITE through the old rkey lands.
+        post_one(
+            &p.a,
+            filled(&p.pd, 64, 3)?,
+            WcStatus::Success,
+            WcOpcode::RdmaWrite,
+            |buf, ops| {
+                ops.write(buf, 0..64, remote)?;
+                Ok(())
+            },
+        )?;
+        check!(
+            matches(&mr_bytes(&mr)?[..64], 3),
+            "the peer's WRITE did not land"
+        );
+        check!(
+            mr.is_registered(),
+            "a flushed LOCAL_INV counts as an invalidation: the MR says it is free"
+        );
+        check!(
+            mr.with_buf(|_| ()).err() == Some(EBUSY),
+            "the buffer of a live registration is lent to the CPU"
+        );
+        // Invalidated for real, it is free.
+        let d = post_one(&p.b, mr, WcStatus::Success, WcOpcode::LocalInv, |mr, ops| {
+            ops.local_inv(mr)?;
+            Ok(())
+        })?;
+        let mut mr = d.payload;
+        check!(
+            !mr.is_registered() && mr.with_buf(|_| ()).is_ok(),
+            "a completed LOCAL_INV left the MR registered"
+        );
+        drop(mr);
+
+        // The same with pages lent: the owner is not given back while the peer can write.
+        let mut lent = LentMr::<OnePage>::new(&p.pd, 1)?;
+        let page = Page::alloc_page(GFP_KERNEL)?;
+        lent.lend(OnePage(page), Access::REMOTE_WRITE)
+            .map_err(|(e, _)| e)?;
+        let lent = register(&p.b, lent, Access::REMOTE_WRITE)?;
+        let d = post_one(&q.b, lent, WcStatus::WrFlushErr, WcOpcode::LocalInv, |mr, ops| {
+            ops.local_inv(mr)?;
+            Ok(())
+        })?;
+        let mut lent = d.payload;
+        let back = lent.take_back();
+        check!(
+            back.as_ref().err() == Some(&EBUSY),
+            "the pages' owner came back while a registration of them is live"
+        );
+        drop((back, lent, q, p));
+        leak_check()
+    })())
+}
+
+/// A remote invalidation takes only the registration it was seen for: a receive completion
+/// kept across later registrations (the storage initiator's way, [`Wc::invalidation`]) does
+/// not revoke a later one, even once the 8-bit key has come round to the same rkey; and a
+/// registration never reuses the rkey of the one before it.
+#[no_mangle]
+extern "C" fn rdma_kunit_mr_inv_stale_wc() -> c_int {
+    ret((|| {
+        let dev = rxe0()?;
+        let p = rc_pair(&dev)?;
+        let mr = registered_mr(&p.b, 4096, 0, Access::REMOTE_WRITE)?;
+        let first = mr.remote()?;
+        // The peer revokes it with a SEND with invalidate; the completion is kept.
+        let rs = sink::<DmaBuf>()?;
+        post_recv(&p.b, &rs, 64)?;
+        post_one(
+            &p.a,
+            filled(&p.pd, 64, 1)?,
+            WcStatus::Success,
+            WcOpcode::Send,
+            |buf, ops| {
+                ops.send_inv(buf, 0..64, first.rkey)?;
+                Ok(())
+            },
+        )?;
+        let kept = rs.wait(1)?.into_iter().next().ok_or(EINVAL)?.wc;
+        check!(mr.invalidated_by(&kept), "the invalidation did not take");
+        // Registered again under the same rkey: refused.
+        let s = sink::<Mr>()?;
+        let e = p.b.post_send(twr(mr, &s)?, |m, ops| {
+            ops.reg_mr(&m.payload, Access::REMOTE_WRITE)?;
+            Ok(())
+        });
+        let mut mr = match e {
+            Err(e) => e.wr.into_inner().payload,
+            Ok(()) => {
+                let d = s.wait(1)?.into_iter().next().ok_or(EINVAL)?;
+                pr_err!(
+                    "check failed: a registration reused the rkey {:#x} of the one before ({:?})\n",
+                    first.rkey,
+                    d.status
+                );
+                return Err(EINVAL);
+            }
+        };
+        // Under the next key, then invalidated locally, then round the 8-bit key to the
+        // first rkey again.
+        mr.bump_key();
+        let mr = register(&p.b, mr, Access::REMOTE_WRITE)?;
+        let d = post_one(&p.b, mr, WcStatus::Success, WcOpcode::LocalInv, |mr, ops| {
+            ops.local_inv(mr)?;
+            Ok(())
+        })?;
+        let mut mr = d.payload;
+        for _ in 0..255 {
+            mr.bump_key();
+        }
+        check!(mr.rkey() == first.rkey, "the key did not come round");
+        let mr = register(&p.b, mr, Access::REMOTE_WRITE)?;
+        // The kept completion is older than this registration: it revokes nothing.
+        check!(
+            !mr.invalidated_by(&kept),
+            "a completion seen before the registration revoked it"
+        );
+        check!(
+            mr.is_registered() && mr.remote()?.rkey == first.rkey,
+            "the live registration is not advertised"
+        );
+        drop((mr, p));
+        leak_check()
+    })())
+}
