@@ -108,12 +108,14 @@ extern "C" fn rdma_kunit_mr_inv_flushed() -> c_int {
 /// A remote invalidation takes only the registration it was seen for: a receive completion
 /// kept across later registrations (the storage initiator's way, [`Wc::invalidation`]) does
 /// not revoke a later one, even once the 8-bit key has come round to the same rkey; and a
-/// registration never reuses the rkey of the one before it.
+/// registration never reuses the rkey of the one before it. Both are checked, each failure
+/// reported.
 #[no_mangle]
 extern "C" fn rdma_kunit_mr_inv_stale_wc() -> c_int {
     ret((|| {
         let dev = rxe0()?;
         let p = rc_pair(&dev)?;
+        let mut failed = false;
         let mr = registered_mr(&p.b, 4096, 0, Access::REMOTE_WRITE)?;
         let first = mr.remote()?;
         // The peer revokes it with a SEND with invalidate; the completion is kept.
@@ -131,26 +133,9 @@ extern "C" fn rdma_kunit_mr_inv_stale_wc() -> c_int {
         )?;
         let kept = rs.wait(1)?.into_iter().next().ok_or(EINVAL)?.wc;
         check!(mr.invalidated_by(&kept), "the invalidation did not take");
-        // Registered again under the same rkey: refused.
-        let s = sink::<Mr>()?;
-        let e = p.b.post_send(twr(mr, &s)?, |m, ops| {
-            ops.reg_mr(&m.payload, Access::REMOTE_WRITE)?;
-            Ok(())
-        });
-        let mut mr = match e {
-            Err(e) => e.wr.into_inner().payload,
-            Ok(()) => {
-                let d = s.wait(1)?.into_iter().next().ok_or(EINVAL)?;
-                pr_err!(
-                    "check failed: a registration reused the rkey {:#x} of the one before ({:?})\n",
-                    first.rkey,
-                    d.status
-                );
-                return Err(EINVAL);
-            }
-        };
         // Under the next key, then invalidated locally, then round the 8-bit key to the
         // first rkey again.
+        let mut mr = mr;
         mr.bump_key();
         let mr = register(&p.b, mr, Access::REMOTE_WRITE)?;
         let d = post_one(&p.b, mr, WcStatus::Success, WcOpcode::LocalInv, |mr, ops| {
@@ -164,15 +149,35 @@ extern "C" fn rdma_kunit_mr_inv_stale_wc() -> c_int {
         check!(mr.rkey() == first.rkey, "the key did not come round");
         let mr = register(&p.b, mr, Access::REMOTE_WRITE)?;
         // The kept completion is older than this registration: it revokes nothing.
-        check!(
-            !mr.invalidated_by(&kept),
-            "a completion seen before the registration revoked it"
-        );
-        check!(
-            mr.is_registered() && mr.remote()?.rkey == first.rkey,
-            "the live registration is not advertised"
-        );
-        drop((mr, p));
+        if mr.invalidated_by(&kept) || !mr.is_registered() {
+            pr_err!("check failed: a completion seen before the registration revoked it\n");
+            failed = true;
+        }
+        // Invalidated, then registered again under the same rkey: refused.
+        let d = post_one(&p.b, mr, WcStatus::Success, WcOpcode::LocalInv, |mr, ops| {
+            ops.local_inv(mr)?;
+            Ok(())
+        })?;
+        let s = sink::<Mr>()?;
+        let e = p.b.post_send(twr(d.payload, &s)?, |m, ops| {
+            ops.reg_mr(&m.payload, Access::REMOTE_WRITE)?;
+            Ok(())
+        });
+        match e {
+            Err(e) if e.err == EINVAL => drop(e),
+            Err(e) => return Err(e.err),
+            Ok(()) => {
+                let d = s.wait(1)?.into_iter().next().ok_or(EINVAL)?;
+                pr_err!(
+                    "check failed: a registration reused the rkey {:#x} of the one before ({:?})\n",
+                    first.rkey,
+                    d.status
+                );
+                failed = true;
+            }
+        }
+        drop(p);
+        check!(!failed, "see above");
         leak_check()
     })())
 }
