@@ -8,11 +8,13 @@
 //! [`Mr`] (`ib_alloc_mr` of type `IB_MR_TYPE_MEM_REG`) is given a [`DmaBuf`] with [`Mr::map`],
 //! or the pages of a [`DmaSg`] with [`Mr::map_sg`] (both `ib_map_mr_sg`), then registered by
 //! posting [`SendOps::reg_mr`]; from that completion on, [`Mr::remote`] is what the peer needs.
-//! [`SendOps::local_inv`] revokes it, and so does a peer's SEND with invalidate of its rkey
-//! (the receive's [`Wc::invalidated_rkey`]), which the owner records with
-//! [`Region::invalidated_by`]. An MR knows whether it is registered: [`Mr::remote`] refuses to
-//! advertise one that is not, and [`SendOps::reg_mr`] to register one that still is (the
-//! device refuses that too). The MR owns the memory, and dropping the MR deregisters it
+//! [`SendOps::local_inv`] revokes it once its request has completed successfully, and so does
+//! a peer's SEND with invalidate of its rkey (the receive's [`Wc::invalidated_rkey`]), which
+//! the owner records with [`Region::invalidated_by`]. An MR knows whether it is registered,
+//! from the post of its registration until an invalidation of it has run (a flushed or failed
+//! one has not): [`Mr::remote`] refuses to advertise one that is not, or is being invalidated,
+//! and [`SendOps::reg_mr`] to register one that still is (the device refuses that too), or to
+//! reuse the rkey of the registration before ([`Region::bump_key`] moves on). The MR owns the memory, and dropping the MR deregisters it
 //! (`ib_dereg_mr`) before the memory is freed, so a peer can never reach freed memory. A peer
 //! may write a registered MR's memory at any time, so the CPU reaches it only by copying, with
 //! volatile accesses ([`Mr::read`], [`Mr::write`]), never through a slice.
@@ -48,7 +50,7 @@ use crate::{
     sync::Arc,
     types::Opaque,
 };
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 mod lent;
 pub use lent::LentMr;
@@ -220,11 +222,53 @@ pub struct Keys {
     ptr: *mut bindings::ib_mr,
     max_pages: u32,
     pd: Arc<Pd>,
-    /// A registration was posted and, as far as the owner knows, not invalidated since.
-    registered: AtomicBool,
+    /// Where the latest registration stands ([`State`]).
+    state: AtomicU8,
     /// The registration clock's stamp of the latest registration posted (see
     /// [`Invalidation`]).
     reg_stamp: AtomicU64,
+    /// The rkey of the latest registration posted, [`NO_RKEY`] before the first: the next
+    /// one must use another ([`Region::bump_key`]).
+    last_rkey: AtomicU64,
+}
+
+/// The value of [`Keys::last_rkey`] before the first registration (no rkey has it).
+const NO_RKEY: u64 = u64::MAX;
+
+/// Where an MR's latest registration stands. It is live on the device from the post of its
+/// REG_MR until an invalidation of it has run: a LOCAL_INV (or READ with invalidate) whose
+/// request completed, or a peer's SEND with invalidate that a receive completion reported.
+/// An invalidation posted but not yet completed may still be flushed or fail, which leaves
+/// the registration live, so the MR stays unavailable until the completion says which.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum State {
+    /// No registration is live: the memory is the owner's.
+    Free = 0,
+    /// A registration was posted and no invalidation of it is under way.
+    Registered = 1,
+    /// An invalidation was posted; its request's completion settles it: [`State::Free`] when
+    /// it succeeded, [`State::Registered`] again otherwise.
+    Invalidating = 2,
+}
+
+impl State {
+    fn of(v: u8) -> Self {
+        match v {
+            0 => Self::Free,
+            1 => Self::Registered,
+            _ => Self::Invalidating,
+        }
+    }
+}
+
+/// What posting an operation that registers or invalidates an MR changed, for undoing it when
+/// the device does not take the request ([`Keys::revert`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Before {
+    state: u8,
+    stamp: u64,
+    last_rkey: u64,
 }
 
 // SAFETY: An MR may be used and deregistered from any thread.
@@ -278,8 +322,9 @@ impl Keys {
             ptr,
             max_pages,
             pd: pd.clone(),
-            registered: AtomicBool::new(false),
+            state: AtomicU8::new(State::Free as u8),
             reg_stamp: AtomicU64::new(0),
+            last_rkey: AtomicU64::new(NO_RKEY),
         })
     }
 
@@ -314,9 +359,22 @@ impl Keys {
         unsafe { (*self.ptr).iova }
     }
 
-    /// Whether a registration was posted and not invalidated since.
+    /// Whether a registration was posted and no invalidation of it has run since (one posted
+    /// and not yet completed has not).
     pub fn is_registered(&self) -> bool {
-        self.registered.load(Ordering::Acquire)
+        self.state() != State::Free
+    }
+
+    /// Where the latest registration stands.
+    pub(crate) fn state(&self) -> State {
+        State::of(self.state.load(Ordering::Acquire))
+    }
+
+    /// Whether the MR's current rkey is that of its latest registration, which a new one must
+    /// not reuse: a peer that still holds it, or a kept completion that revoked it, would
+    /// then reach the new one.
+    pub(crate) fn rkey_used(&self) -> bool {
+        self.last_rkey.load(Ordering::Acquire) == u64::from(self.rkey())
     }
 
     /// See [`Region::invalidated_by`].
@@ -331,24 +389,71 @@ impl Keys {
         if !inv.revokes(self.rkey(), self.pd.device().as_raw(), stamp) {
             return false;
         }
-        self.registered.store(false, Ordering::Release);
+        // The peer's invalidation ran: whatever a local one under way reports, nothing is live.
+        self.state.store(State::Free as u8, Ordering::Release);
         true
     }
 
-    /// The registration state, which a posted registration or invalidation updates.
-    pub(crate) fn registered(&self) -> &AtomicBool {
-        &self.registered
-    }
-
-    /// Stamps a registration about to be posted (before the post: an invalidation of it can
-    /// only be seen after).
-    pub(crate) fn stamp_registration(&self) {
+    /// A registration of the MR is about to be posted: it is live from here on (before the
+    /// post: the device may run it, and an invalidation of it be seen, at once). Stamps it
+    /// and records its rkey.
+    pub(crate) fn begin_registration(&self) -> Before {
+        let before = self.before();
         self.reg_stamp
             .store(super::cq::wc::next_registration(), Ordering::Release);
+        self.last_rkey
+            .store(u64::from(self.rkey()), Ordering::Release);
+        self.state.store(State::Registered as u8, Ordering::Release);
+        before
+    }
+
+    /// An invalidation of the MR is about to be posted: until its request completes, the
+    /// registration may or may not be live ([`State::Invalidating`]).
+    pub(crate) fn begin_invalidation(&self) -> Before {
+        let before = self.before();
+        let _ = self.state.compare_exchange(
+            State::Registered as u8,
+            State::Invalidating as u8,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        before
+    }
+
+    /// The request of an invalidation begun with [`Keys::begin_invalidation`] completed,
+    /// successfully (`ran`: every operation of it ran) or not: the registration is gone, or
+    /// still live. A peer's invalidation recorded meanwhile stands.
+    pub(crate) fn end_invalidation(&self, ran: bool) {
+        let to = if ran { State::Free } else { State::Registered };
+        let _ = self.state.compare_exchange(
+            State::Invalidating as u8,
+            to as u8,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+
+    fn before(&self) -> Before {
+        Before {
+            state: self.state.load(Ordering::Acquire),
+            stamp: self.reg_stamp.load(Ordering::Acquire),
+            last_rkey: self.last_rkey.load(Ordering::Acquire),
+        }
+    }
+
+    /// Undoes a [`Keys::begin_registration`] or [`Keys::begin_invalidation`]: the device did
+    /// not take the request.
+    pub(crate) fn revert(&self, before: Before) {
+        self.reg_stamp.store(before.stamp, Ordering::Release);
+        self.last_rkey.store(before.last_rkey, Ordering::Release);
+        self.state.store(before.state, Ordering::Release);
     }
 
     /// See [`Region::bump_key`].
-    pub(crate) fn bump_key(&mut self) {
+    pub(crate) fn bump_key(&mut self) -> Result {
+        if self.is_registered() {
+            return Err(EBUSY);
+        }
         let ptr = self.ptr;
         // SAFETY: `ptr` is valid (invariant); we have exclusive access, and nothing posted
         // refers to the MR (a `reg_mr` borrows it from its owner).
@@ -357,6 +462,7 @@ impl Keys {
             (*ptr).lkey = ((*ptr).lkey & 0xffff_ff00) | key;
             (*ptr).rkey = ((*ptr).rkey & 0xffff_ff00) | key;
         }
+        Ok(())
     }
 }
 
@@ -397,8 +503,11 @@ pub trait Region: private::Sealed {
         self.keys().iova()
     }
 
-    /// Whether a registration of the MR was posted and not invalidated since (locally, or by
-    /// the peer as recorded with [`Region::invalidated_by`]).
+    /// Whether a registration of the MR was posted and no invalidation of it has run since
+    /// (a local one whose request completed successfully, or the peer's as recorded with
+    /// [`Region::invalidated_by`]). While a local invalidation is posted and not completed,
+    /// the MR still counts as registered: it may be flushed or fail and leave the
+    /// registration live.
     fn is_registered(&self) -> bool {
         self.keys().is_registered()
     }
@@ -419,9 +528,17 @@ pub trait Region: private::Sealed {
     }
 
     /// Moves to the next key (`ib_update_fast_reg_key(mr, ib_inc_rkey(rkey))`), so that a new
-    /// registration does not revive an rkey a peer may still hold.
-    fn bump_key(&mut self) {
-        self.keys_mut(private::Token(())).bump_key();
+    /// registration does not revive an rkey a peer may still hold. A registration must be
+    /// under another rkey than the one before it ([`SendOps::reg_mr`]).
+    ///
+    /// # Errors
+    ///
+    /// `EBUSY` while the MR is registered ([`Region::is_registered`]): its keys are the live
+    /// registration's until an invalidation of it has run.
+    ///
+    /// [`SendOps::reg_mr`]: super::wr::SendOps::reg_mr
+    fn bump_key(&mut self) -> Result {
+        self.keys_mut(private::Token(())).bump_key()
     }
 }
 
@@ -631,10 +748,9 @@ impl Mr {
 
     /// Lends the mapped buffer ([`Mr::map`]) to `f` as a slice, while no registration of it
     /// is live: never registered, or invalidated since (by the peer,
-    /// [`Region::invalidated_by`], or by a LOCAL_INV that completed: one whose completion is
-    /// flushed did not run, though the MR counts as invalidated from the post on, so its owner
-    /// then drops the MR rather than use the buffer). Only then can no peer reach the memory, so it may be read and
-    /// written like any other: a storage initiator copies a write's data in before it
+    /// [`Region::invalidated_by`], or by a LOCAL_INV whose request completed successfully: one
+    /// that was flushed or failed did not run, and the MR stays registered). Only then can no
+    /// peer reach the memory, so it may be read and written like any other: a storage initiator copies a write's data in before it
     /// registers the MR, and a read's data out after the target revoked the rkey. Synced for
     /// the CPU before `f` and for the device after.
     ///
@@ -666,12 +782,13 @@ impl Mr {
     ///
     /// # Errors
     ///
-    /// `EINVAL` unless a registration was posted ([`SendOps::reg_mr`]) and not invalidated
-    /// since: an rkey that no longer grants access is never handed out.
+    /// `EINVAL` unless a registration was posted ([`SendOps::reg_mr`]) and no invalidation of
+    /// it was posted since: an rkey that no longer grants access, or is being revoked, is never
+    /// handed out.
     ///
     /// [`SendOps::reg_mr`]: super::wr::SendOps::reg_mr
     pub fn remote(&self) -> Result<Remote> {
-        if !self.is_registered() {
+        if self.raw.keys.state() != State::Registered {
             return Err(EINVAL);
         }
         Ok(Remote {

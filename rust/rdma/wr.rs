@@ -81,6 +81,7 @@
 use super::{
     cq::Wc,
     dma::{span, Mapped},
+    mr::Keys,
     owner::Owner,
     pd::PdKey,
 };
@@ -108,6 +109,10 @@ pub use wait::{Pending, Waited};
 
 /// The most operations one [`Wr`] may chain into one post (`ib_post_send` list).
 pub const MAX_OPS: usize = 8;
+
+/// The most MRs one send [`Wr`] may invalidate ([`SendOps::local_inv`],
+/// [`SendOps::read_inv`]).
+pub const MAX_INVALIDATIONS: usize = 4;
 
 /// Bytes at the start of every UD receive buffer that receive the Global Route Header.
 pub const GRH_LEN: usize = 40;
@@ -137,6 +142,7 @@ pub(crate) enum Queue {
 pub(crate) struct Inner<T> {
     cqe: bindings::ib_cqe,
     failures: Failures,
+    settle: Settle,
     /// Queue slots this request holds while posted.
     slots: u32,
     queue: Queue,
@@ -154,8 +160,9 @@ pub(crate) struct Inner<T> {
 /// gives it back, ready to be posted again.
 pub struct Wr<T: Completion>(KBox<Inner<T>>);
 
-// SAFETY: `Inner` is `T` (which is `Send`) plus C callback data and the SRQ pointer, which only
-// the completion path dereferences, on whichever CPU the completion is dispatched.
+// SAFETY: `Inner` is `T` (which is `Send`) plus C callback data, the SRQ pointer and the
+// pointers into `T` of [`Settle`], which only the completion path dereferences, on whichever
+// CPU the completion is dispatched.
 unsafe impl<T: Completion> Send for Wr<T> {}
 // SAFETY: `&Wr` gives access to `&T` only.
 unsafe impl<T: Completion + Sync> Sync for Wr<T> {}
@@ -181,6 +188,7 @@ impl<T: Completion> Wr<T> {
                     },
                     first: AtomicU64::new(0),
                 },
+                settle: Settle::new(),
                 slots: 0,
                 queue: Queue::Send,
                 srq: core::ptr::null(),
@@ -212,6 +220,7 @@ impl<T: Completion> Wr<T> {
     pub(crate) fn start(mut self, queue: Queue) -> Posting<T> {
         self.0.cqe.done = Some(done_callback::<T>);
         *self.0.failures.first.get_mut() = 0;
+        self.0.settle = Settle::new();
         self.0.queue = queue;
         Posting {
             raw: KBox::into_raw(self.0),
@@ -269,6 +278,12 @@ impl<T: Completion> Posting<T> {
         unsafe { &raw mut (*self.raw).failures.cqe }
     }
 
+    /// Where the request records the MRs it invalidates.
+    pub(crate) fn settle(&mut self) -> &mut Settle {
+        // SAFETY: `raw` is valid and not yet shared with the device (invariant).
+        unsafe { &mut (*self.raw).settle }
+    }
+
     /// Records how many queue slots the request holds while posted.
     pub(crate) fn set_slots(&mut self, n: u32) {
         // SAFETY: `raw` is valid and not yet shared with the device (invariant).
@@ -320,7 +335,7 @@ unsafe extern "C" fn done_callback<T: Completion>(
     let inner = unsafe { crate::container_of!(cqe, Inner<T>, cqe) }.cast_mut();
     // SAFETY: The completion ends the request: the device no longer uses it or its memory, and
     // each request completes once, so we take back the unique ownership `into_raw` gave away.
-    let wr = unsafe { Wr::from_raw(inner) };
+    let mut wr = unsafe { Wr::from_raw(inner) };
     // SAFETY: `wc` is valid for the duration of the callback.
     let raw = unsafe { &*wc };
     let qp_num = match wr.0.queue {
@@ -340,7 +355,56 @@ unsafe extern "C" fn done_callback<T: Completion>(
     // SAFETY: `cq` is the CQ being processed, valid for the duration of the callback.
     let dev = unsafe { (*cq).device };
     let first = wr.0.failures.first.load(Ordering::Acquire);
-    T::done(wr, &Wc::new(raw, qp_num, dev).failed_before(first));
+    let wc = Wc::new(raw, qp_num, dev).failed_before(first);
+    // SAFETY: The MRs recorded are reachable from the request's data, alive until `done`.
+    unsafe { wr.0.settle.finish(wc.is_ok()) };
+    T::done(wr, &wc);
+}
+
+/// The MRs a send request invalidates ([`SendOps::local_inv`], [`SendOps::read_inv`]): its
+/// completion tells whether the invalidations ran (the request succeeded) or may not have
+/// (it was flushed or failed), and the MRs become free, or registered again, accordingly.
+///
+/// # Invariants
+///
+/// The first `n` entries point at the [`Keys`] of MRs that the request's data owns (operations
+/// name only memory reachable from it), alive until the request is given back to its owner.
+pub(crate) struct Settle {
+    keys: [*const Keys; MAX_INVALIDATIONS],
+    n: usize,
+}
+
+impl Settle {
+    fn new() -> Self {
+        // INVARIANT: No entry.
+        Self {
+            keys: [core::ptr::null(); MAX_INVALIDATIONS],
+            n: 0,
+        }
+    }
+
+    /// Records `keys`, an MR of the request's data (ignored past [`MAX_INVALIDATIONS`], which
+    /// [`SendOps`] checks).
+    pub(crate) fn add(&mut self, keys: &Keys) {
+        if let Some(k) = self.keys.get_mut(self.n) {
+            // INVARIANT: Operations name only memory reachable from the request's data.
+            *k = core::ptr::from_ref(keys);
+            self.n += 1;
+        }
+    }
+
+    /// Settles the invalidations: they ran (`ran`) or may not have.
+    ///
+    /// # Safety
+    ///
+    /// The request's data must not have been given back to its owner yet.
+    unsafe fn finish(&mut self, ran: bool) {
+        for k in self.keys.iter().take(self.n) {
+            // SAFETY: Per the invariant and the caller, the MR is alive.
+            unsafe { (**k).end_invalidation(ran) };
+        }
+        self.n = 0;
+    }
 }
 
 /// Where the unsignaled operations of a send request report. The core dispatches only their
@@ -387,8 +451,10 @@ unsafe extern "C" fn unsignaled_failed(_cq: *mut bindings::ib_cq, wc: *mut bindi
 /// refers any more and of which no completion is left to dispatch.
 unsafe fn flush_orphan<T: Completion>(raw: *mut core::ffi::c_void) {
     // SAFETY: Per the safety requirements, nothing refers to the request any more.
-    let wr = unsafe { Wr::<T>::from_raw(raw.cast()) };
+    let mut wr = unsafe { Wr::<T>::from_raw(raw.cast()) };
     let first = wr.0.failures.first.load(Ordering::Acquire);
+    // SAFETY: The MRs recorded are reachable from the request's data, alive until `done`.
+    unsafe { wr.0.settle.finish(false) };
     T::done(wr, &Wc::flushed().failed_before(first));
 }
 

@@ -524,10 +524,16 @@ impl IoQueue {
         };
         // The MR the command names goes to its next key before it is registered again (with
         // the command's SEND, below); its I/O virtual address is the mapping's, set by now.
-        let (addr, rkey) = io.named_mut().map_or((0, 0), |r| {
-            r.bump_key();
-            (r.iova(), r.rkey())
-        });
+        // Refused only while the MR is registered, which a settled tag's is not.
+        let (addr, rkey) = match io.named_mut().map(|r| r.bump_key().map(|()| (r.iova(), r.rkey())))
+        {
+            None => (0, 0),
+            Some(Ok(k)) => k,
+            Some(Err(e)) => {
+                failed = failed.or(Some(e));
+                (0, 0)
+            }
+        };
         Command {
             op,
             tag: tag as u16,

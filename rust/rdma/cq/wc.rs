@@ -127,6 +127,9 @@ pub struct Wc {
     /// The device of the CQ, as an address (never dereferenced): which device an
     /// [`Invalidation`] comes from.
     dev: usize,
+    /// The registration clock when the completion was dispatched: an [`Invalidation`] it
+    /// reports concerns only registrations posted before.
+    seen: u64,
 }
 
 // SAFETY: A `Wc` is a copy of a completion's fields; the pointers among them (the request's
@@ -144,6 +147,7 @@ impl Wc {
             raw: *raw,
             qp_num,
             dev: dev as usize,
+            seen: REGISTRATIONS.load(Ordering::Acquire),
         }
     }
 
@@ -161,6 +165,7 @@ impl Wc {
             raw,
             qp_num: 0,
             dev: 0,
+            seen: 0,
         }
     }
 
@@ -224,12 +229,14 @@ impl Wc {
 
     /// The peer's remote invalidation this receive completion reports, as a value the owner of
     /// the MR can keep until it has the MR in hand again
-    /// ([`Region::apply_invalidation`](crate::rdma::mr::Region::apply_invalidation)).
+    /// ([`Region::apply_invalidation`](crate::rdma::mr::Region::apply_invalidation)). It
+    /// carries the moment the completion was dispatched, not the moment of this call: a `Wc`
+    /// kept across later registrations revokes none of them.
     pub fn invalidation(&self) -> Option<Invalidation> {
         self.invalidated_rkey().map(|rkey| Invalidation {
             rkey,
             dev: self.dev,
-            seen: REGISTRATIONS.load(Ordering::Acquire),
+            seen: self.seen,
         })
     }
 
@@ -288,7 +295,7 @@ pub(crate) fn next_registration() -> u64 {
 pub struct Invalidation {
     rkey: u32,
     dev: usize,
-    /// The registration clock when the completion was seen.
+    /// The registration clock when the completion was dispatched.
     seen: u64,
 }
 

@@ -58,7 +58,7 @@ use crate::{
 /// fn post<O: PageOwner>(qp: &Qp<Rts>, mut wr: Wr<Read<O>>, pages: O) -> Result {
 ///     let r = wr.data_mut();
 ///     r.mr.lend(pages, Access::REMOTE_WRITE).map_err(|(e, _pages)| e)?;
-///     r.mr.bump_key();
+///     r.mr.bump_key()?;
 ///     // The command would carry `r.mr.iova()` and `r.mr.rkey()`.
 ///     qp.post_send(wr, |r, ops| {
 ///         ops.reg_mr(&r.mr, Access::REMOTE_WRITE)?;

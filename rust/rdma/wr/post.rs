@@ -84,7 +84,7 @@ impl Qp<Rts> {
         shared.mark_posted();
         // Nothing of the request may be touched once the device has it: the MRs it registers
         // or invalidates change state now (and back if it is refused).
-        ops.apply();
+        ops.apply(p.settle());
         let head = ops.link(p.cqe(), p.failures_cqe());
         let mut bad: *const bindings::ib_send_wr = core::ptr::null();
         // SAFETY: `ptr` is valid; the list and its SGEs live in `ops` for the call (the driver

@@ -42,14 +42,12 @@ impl IoQueue {
         let io = wr.data_mut();
         io.op = Opcode::Flush;
         io.direct = false;
-        if buffer {
-            io.mr.bump_key();
-        }
         if let Some(b) = io.cmd.as_mut_slice().get_mut(CMD_LEN..CMD_LEN + inline) {
             b.fill(0);
         }
         let posted = self.qp.post_send(wr, |io, ops| {
             if buffer {
+                io.mr.bump_key()?;
                 ops.reg_mr(&io.mr, Access::REMOTE_READ | Access::REMOTE_WRITE)?;
             }
             let (addr, rkey) = if buffer {

@@ -72,6 +72,10 @@ extern "C" fn rdma_kunit_mr_inv_flushed() -> c_int {
             mr.with_buf(|_| ()).err() == Some(EBUSY),
             "the buffer of a live registration is lent to the CPU"
         );
+        check!(
+            mr.bump_key() == Err(EBUSY),
+            "the keys of a live registration moved on"
+        );
         // Invalidated for real, it is free.
         let d = post_one(&p.b, mr, WcStatus::Success, WcOpcode::LocalInv, |mr, ops| {
             ops.local_inv(mr)?;
@@ -136,7 +140,7 @@ extern "C" fn rdma_kunit_mr_inv_stale_wc() -> c_int {
         // Under the next key, then invalidated locally, then round the 8-bit key to the
         // first rkey again.
         let mut mr = mr;
-        mr.bump_key();
+        mr.bump_key()?;
         let mr = register(&p.b, mr, Access::REMOTE_WRITE)?;
         let d = post_one(&p.b, mr, WcStatus::Success, WcOpcode::LocalInv, |mr, ops| {
             ops.local_inv(mr)?;
@@ -144,7 +148,7 @@ extern "C" fn rdma_kunit_mr_inv_stale_wc() -> c_int {
         })?;
         let mut mr = d.payload;
         for _ in 0..255 {
-            mr.bump_key();
+            mr.bump_key()?;
         }
         check!(mr.rkey() == first.rkey, "the key did not come round");
         let mr = register(&p.b, mr, Access::REMOTE_WRITE)?;

@@ -448,7 +448,7 @@ extern "C" fn rdma_kunit_rw_remote_invalidate() -> c_int {
             "the WRITE before the SEND is not in place"
         );
         // Registered again under a new key, it works again...
-        mr.bump_key();
+        mr.bump_key()?;
         let mr = register(&p.b, mr, Access::REMOTE_WRITE)?;
         let fresh = mr.remote()?;
         check!(
@@ -575,7 +575,7 @@ extern "C" fn rdma_kunit_rw_lent_mr() -> c_int {
         // Lent for writing and registered: the peer writes the pages.
         mr.lend(owned(2, true)?, Access::REMOTE_WRITE)
             .map_err(|(e, _)| e)?;
-        mr.bump_key();
+        mr.bump_key()?;
         let mut mr = register(&p.b, mr, Access::REMOTE_WRITE)?;
         check!(
             mr.take_back().err() == Some(EBUSY),
@@ -611,7 +611,7 @@ extern "C" fn rdma_kunit_rw_lent_mr() -> c_int {
         // Dropped while registered: deregistered, then the owner goes (nothing leaks).
         mr.lend(owned(1, true)?, Access::REMOTE_WRITE | Access::REMOTE_READ)
             .map_err(|(e, _)| e)?;
-        mr.bump_key();
+        mr.bump_key()?;
         let mr = register(&p.b, mr, Access::REMOTE_READ)?;
         check!(mr.is_registered(), "not registered");
         drop((mr, p));
