@@ -145,6 +145,8 @@ RDMA_KUNIT_CASE(rdma_kunit_rw_chained_response)
 RDMA_KUNIT_CASE(rdma_kunit_rw_refusals)
 RDMA_KUNIT_CASE(rdma_kunit_rw_remote_invalidate)
 RDMA_KUNIT_CASE(rdma_kunit_rw_lent_mr)
+RDMA_KUNIT_CASE(rdma_kunit_rw_posted_twice)
+RDMA_KUNIT_CASE(rdma_kunit_rw_flags_after_chain)
 RDMA_KUNIT_CASE(rdma_kunit_async_srq_limit)
 RDMA_KUNIT_CASE(rdma_kunit_async_cq_resize)
 
@@ -243,6 +245,8 @@ static struct kunit_case rdma_storage_cases[] = {
 	KUNIT_CASE(rdma_kunit_rw_refusals_case),
 	KUNIT_CASE(rdma_kunit_rw_remote_invalidate_case),
 	KUNIT_CASE(rdma_kunit_rw_lent_mr_case),
+	KUNIT_CASE(rdma_kunit_rw_posted_twice_case),
+	KUNIT_CASE(rdma_kunit_rw_flags_after_chain_case),
 	{}
 };
 
