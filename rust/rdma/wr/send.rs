@@ -51,10 +51,16 @@ enum List {
 /// RDMA READs or WRITEs, with the memory registrations they need), posted as one operation.
 /// The context is linked in front of the operation after it, or made the signaled end of the
 /// request, with `rdma_rw_ctx_wrs` when the request is posted.
+///
+/// `rdma_rw_ctx_wrs` sets either the `next` of the context's last work request or its `wr_cqe`
+/// and `IB_SEND_SIGNALED`, and clears neither: only a context that was never linked before has
+/// a last work request with none of them. So a context is linked once, and `posted` says it was.
 #[derive(Clone, Copy)]
-pub(crate) struct Chain {
-    /// An initialised context, exclusively lent to the request being built.
+pub(crate) struct Chain<'a> {
+    /// An initialised context never linked before, exclusively lent to the request being built.
     pub(crate) ctx: *mut bindings::rdma_rw_ctx,
+    /// Set when the context is linked: it may not be posted again.
+    pub(crate) posted: &'a AtomicBool,
     /// The QP the context was made for, and its port.
     pub(crate) qp: *mut bindings::ib_qp,
     pub(crate) port: u32,
@@ -132,7 +138,7 @@ struct Op<'a> {
     /// A UD SEND (which only a UD QP takes, and which is all a UD QP takes).
     ud: bool,
     /// The chain of a [`List::Chain`] operation.
-    chain: Option<Chain>,
+    chain: Option<Chain<'a>>,
     /// The registration state of an MR this operation registers or invalidates, to update
     /// once the device has taken the request.
     mark: Option<(&'a AtomicBool, bool)>,
@@ -590,8 +596,9 @@ impl<'a> SendOps<'a> {
         )
     }
 
-    /// Adds a chain the core prepared; the caller lends its context to the request for `'a`.
-    pub(crate) fn chain(&mut self, chain: Chain) -> Result<&mut Self> {
+    /// Adds a chain the core prepared; the caller lends its context, never linked before, to
+    /// the request for `'a`.
+    pub(crate) fn chain(&mut self, chain: Chain<'a>) -> Result<&mut Self> {
         let op = self.push(bindings::ib_wr_opcode_IB_WR_RDMA_WRITE, List::Chain)?;
         op.chain = Some(chain);
         Ok(self)
@@ -758,7 +765,8 @@ impl<'a> SendOps<'a> {
     /// `failures` (which the core calls with their errors only); returns its head.
     ///
     /// `self` must not move until the list has been posted, and the contexts of its chains
-    /// must be lent to the request being posted (as [`SendOps::chain`] requires).
+    /// must be lent to the request being posted (as [`SendOps::chain`] requires). Each chain's
+    /// context counts as posted from here on, whether the driver then takes the list or not.
     pub(crate) fn link(
         &mut self,
         cqe: *mut bindings::ib_cqe,
@@ -775,9 +783,13 @@ impl<'a> SendOps<'a> {
                 } else {
                     core::ptr::null_mut()
                 };
+                // The links set below stay in the context: it is never linked again.
+                c.posted.store(true, Ordering::Release);
                 // SAFETY: `c.ctx` is an initialised context for `c.qp` on `c.port`, lent to
-                // this request ([`SendOps::chain`]); with a null `next` its last request is
-                // signaled with `cqe`, otherwise it continues with `next`.
+                // this request and never linked before ([`SendOps::chain`]), so its last
+                // request has no `next`, `wr_cqe` or signaled flag yet: with a null `next` it
+                // is now signaled with `cqe`, otherwise it continues with `next` (and stays
+                // unsignaled, without a `wr_cqe`).
                 next = unsafe { bindings::rdma_rw_ctx_wrs(c.ctx, c.qp, c.port, end, next) };
                 continue;
             }
