@@ -321,7 +321,8 @@ impl<'a> SendOps<'a> {
     /// Adds the RDMA READ or WRITE `rw` (with the registrations it needs) as the next
     /// operation: the operations after it in the request start once it is done (send queues
     /// execute in order; add [`SendOps::fence`] to a SEND that must wait for a READ's data).
-    /// `rw` is posted once: see [`RwCtx`].
+    /// Send flags cannot be set on the transfer itself ([`SendOps::fence`] just after this is
+    /// refused). `rw` is posted once: see [`RwCtx`].
     ///
     /// # Errors
     ///

@@ -705,29 +705,50 @@ impl<'a> SendOps<'a> {
         }
     }
 
-    fn flag(&mut self, set: i32, clear: i32) -> &mut Self {
-        if let Some(op) = self.ops.last_mut() {
-            // SAFETY: `send` is the common prefix of every variant.
-            unsafe {
-                op.wr.send.send_flags = (op.wr.send.send_flags | set) & !clear;
-            }
+    /// Sets and clears send flags of the last operation added: `EINVAL` when there is none, or
+    /// when it is a chain, whose work requests are the core's (the operation in the list only
+    /// holds its place, and its flags would never reach the device).
+    fn flag(&mut self, set: i32, clear: i32) -> Result<&mut Self> {
+        let op = self.ops.last_mut().ok_or(EINVAL)?;
+        if op.list == List::Chain {
+            return Err(EINVAL);
         }
-        self
+        // SAFETY: `send` is the common prefix of every variant.
+        unsafe {
+            op.wr.send.send_flags = (op.wr.send.send_flags | set) & !clear;
+        }
+        Ok(self)
     }
 
     /// Marks the last operation added as not generating a completion on success (all but the
     /// last operation of a request are unsignaled anyway; the last is always signaled).
-    pub fn unsignaled(&mut self) -> &mut Self {
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` before any operation, or just after [`SendOps::rw`]: an R/W context's work
+    /// requests are the core's, and all but the request's last are unsignaled.
+    pub fn unsignaled(&mut self) -> Result<&mut Self> {
         self.flag(0, bindings::ib_send_flags_IB_SEND_SIGNALED)
     }
 
     /// Makes the last operation added wait for earlier RDMA READs and atomics to complete.
-    pub fn fence(&mut self) -> &mut Self {
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` before any operation, or just after [`SendOps::rw`], whose work requests are
+    /// the core's: fence the operation after it instead (a SEND that answers with a READ's
+    /// data).
+    pub fn fence(&mut self) -> Result<&mut Self> {
         self.flag(bindings::ib_send_flags_IB_SEND_FENCE, 0)
     }
 
     /// Asks the receiver's CQ to raise a solicited event for the last operation added.
-    pub fn solicited(&mut self) -> &mut Self {
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` before any operation, or just after [`SendOps::rw`], whose work requests are
+    /// the core's RDMA READs and WRITEs (which consume no receive, so raise no event).
+    pub fn solicited(&mut self) -> Result<&mut Self> {
         self.flag(bindings::ib_send_flags_IB_SEND_SOLICITED, 0)
     }
 

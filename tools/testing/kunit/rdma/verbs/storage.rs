@@ -376,24 +376,6 @@ extern "C" fn rdma_kunit_rw_posted_twice() -> c_int {
     })())
 }
 
-/// What a send flag's setter answered, whether it returns the operations (never refused) or a
-/// `Result`.
-trait Refusal {
-    fn refusal(self) -> Option<Error>;
-}
-
-impl Refusal for &mut SendOps<'_> {
-    fn refusal(self) -> Option<Error> {
-        None
-    }
-}
-
-impl Refusal for Result<&mut SendOps<'_>> {
-    fn refusal(self) -> Option<Error> {
-        self.err()
-    }
-}
-
 /// Send flags apply to the operation added last, and a transfer's place in the list is no
 /// work request of its own (issue 42, item 8a): `fence`, `solicited` and `unsignaled` just
 /// after [`SendOps::rw`], or before any operation, are refused with `EINVAL` rather than
@@ -416,12 +398,12 @@ extern "C" fn rdma_kunit_rw_flags_after_chain() -> c_int {
             WcStatus::Success,
             WcOpcode::Send,
             |(rw, resp), ops| {
-                seen[0] = ops.fence().refusal();
+                seen[0] = ops.fence().err();
                 ops.rw(rw)?;
-                seen[1] = ops.fence().refusal();
-                seen[2] = ops.solicited().refusal();
-                seen[3] = ops.unsignaled().refusal();
-                seen[4] = ops.send(resp, 0..64)?.fence().refusal();
+                seen[1] = ops.fence().err();
+                seen[2] = ops.solicited().err();
+                seen[3] = ops.unsignaled().err();
+                seen[4] = ops.send(resp, 0..64)?.fence().err();
                 Ok(())
             },
         )?;
