@@ -14,11 +14,12 @@
 //! invalidation.
 //!
 //! An [`RwCtx`] owns the pages, their scatterlist and mapping, the context and a reference to
-//! its QP. It is posted as one operation of a send request ([`SendOps::rw`]), optionally
+//! its QP. It is posted once, as one operation of a send request ([`SendOps::rw`]), optionally
 //! followed by the operations of the answer, in one post; the request owns it until its
-//! completion, so nothing can reach the pages, free them or post the context twice while the
-//! device uses them. The pages come back with [`RwCtx::into_pages`], which unmaps them: the
-//! data of an RDMA READ is the CPU's from then on.
+//! completion, so nothing can reach the pages or free them while the device uses them. The
+//! pages come back with [`RwCtx::into_pages`], which unmaps them: the data of an RDMA READ is
+//! the CPU's from then on. The next transfer over them is a new context, as a C ULP
+//! initialises its `rdma_rw_ctx` again for each command.
 //!
 //! # Examples
 //!
@@ -77,7 +78,11 @@ use crate::{
     sync::Arc,
     types::Opaque,
 };
-use core::{marker::PhantomData, mem::ManuallyDrop};
+use core::{
+    marker::PhantomData,
+    mem::ManuallyDrop,
+    sync::atomic::{AtomicBool, Ordering},
+};
 
 mod private {
     pub trait Sealed {}
@@ -95,12 +100,29 @@ impl RwDirection for ToDevice {}
 /// An RDMA READ ([`FromDevice`]) or WRITE ([`ToDevice`]) of local pages from or to a remote
 /// buffer, prepared by the core for one QP (`struct rdma_rw_ctx`).
 ///
+/// # Posted once
+///
+/// A context is posted once ([`SendOps::rw`] refuses it with `EBUSY` afterwards); the next
+/// transfer, over the same pages or others, is a new context ([`RwCtx::into_pages`], then
+/// [`RwCtx::new`]), as nvmet-rdma and isert initialise their `rdma_rw_ctx` again for each
+/// command. The core links a context into a post (`rdma_rw_ctx_wrs`) by setting either the
+/// `next` of its last work request or its completion entry and signaled flag, and clears
+/// neither: posted again, at another place in a request, a context would carry the links of its
+/// first post (a completion dispatched to the first request, long freed, or a `next` into a
+/// list that is gone). On the MR path its MRs are also still registered after the first post,
+/// and the core would register them again without invalidating them first.
+///
+/// A post refused before the driver sees the request ([`Qp::post_send`]'s own checks, a full
+/// queue) leaves the context as it was, postable. One the driver refuses has linked it: it
+/// counts as posted.
+///
 /// # Invariants
 ///
 /// `table` holds `entries` scatterlist entries over the first `len` bytes of `pages`, mapped
 /// (by `rdma_rw_ctx_init`) for the device of `qp` in direction `D`; `ctx` is initialised for
 /// them, `qp` and its port, and takes `wqes` send queue entries. Both stay so until dropped
-/// or [`RwCtx::into_pages`].
+/// or [`RwCtx::into_pages`]. Unless `posted` is set, `ctx` was never linked into a post
+/// (`rdma_rw_ctx_wrs`).
 pub struct RwCtx<D: RwDirection> {
     ctx: KBox<Opaque<bindings::rdma_rw_ctx>>,
     table: KBox<Opaque<bindings::sg_table>>,
@@ -108,6 +130,8 @@ pub struct RwCtx<D: RwDirection> {
     pages: ManuallyDrop<KVec<Page>>,
     len: usize,
     wqes: u32,
+    /// Set when the context is linked into a post (by `SendOps::link`).
+    posted: AtomicBool,
     qp: Arc<Qp<Rts>>,
     _d: PhantomData<D>,
 }
@@ -115,7 +139,7 @@ pub struct RwCtx<D: RwDirection> {
 // SAFETY: The context, table and pages are owned; the core's R/W API may be called on any
 // thread (the MR pool is locked).
 unsafe impl<D: RwDirection> Send for RwCtx<D> {}
-// SAFETY: `&RwCtx` reads only fields fixed at creation.
+// SAFETY: `&RwCtx` reads only fields fixed at creation, and `posted`, an atomic.
 unsafe impl<D: RwDirection> Sync for RwCtx<D> {}
 
 impl<D: RwDirection> RwCtx<D> {
@@ -197,6 +221,7 @@ impl<D: RwDirection> RwCtx<D> {
             pages: ManuallyDrop::new(pages),
             len,
             wqes: ret as u32,
+            posted: AtomicBool::new(false),
             qp: qp.clone(),
             _d: PhantomData,
         };
@@ -296,16 +321,25 @@ impl<'a> SendOps<'a> {
     /// Adds the RDMA READ or WRITE `rw` (with the registrations it needs) as the next
     /// operation: the operations after it in the request start once it is done (send queues
     /// execute in order; add [`SendOps::fence`] to a SEND that must wait for a READ's data).
+    /// Send flags cannot be set on the transfer itself ([`SendOps::fence`] just after this is
+    /// refused). `rw` is posted once: see [`RwCtx`].
     ///
     /// # Errors
     ///
-    /// `EINVAL` when the request has [`MAX_OPS`](super::wr::MAX_OPS) operations already.
-    /// Posting on another QP than `rw`'s fails with `EINVAL`
-    /// ([`Qp::post_send`](super::qp::Qp::post_send)).
+    /// - `EBUSY` when `rw` was posted already (its post reached the driver, taken or not):
+    ///   prepare a new context for the next transfer.
+    /// - `EINVAL` when the request has [`MAX_OPS`](super::wr::MAX_OPS) operations already.
+    ///   Posting on another QP than `rw`'s fails with `EINVAL`
+    ///   ([`Qp::post_send`](super::qp::Qp::post_send)).
     pub fn rw<D: RwDirection>(&mut self, rw: &'a mut RwCtx<D>) -> Result<&mut Self> {
+        let rw: &'a RwCtx<D> = rw;
+        if rw.posted.load(Ordering::Acquire) {
+            return Err(EBUSY);
+        }
         let inner = &*rw.qp.inner;
         self.chain(Chain {
             ctx: rw.ctx.get(),
+            posted: &rw.posted,
             qp: inner.ptr,
             port: inner.port,
             wqes: rw.wqes,

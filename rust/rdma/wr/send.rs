@@ -16,7 +16,11 @@ use crate::{
         qp::{QpInner, QpType},
     },
 };
-use core::{marker::PhantomData, ops::Range};
+use core::{
+    marker::PhantomData,
+    ops::Range,
+    sync::atomic::{AtomicBool, Ordering},
+};
 
 /// One send-queue operation as the C API lays it out: every variant starts with `ib_send_wr`.
 #[repr(C)]
@@ -47,10 +51,16 @@ enum List {
 /// RDMA READs or WRITEs, with the memory registrations they need), posted as one operation.
 /// The context is linked in front of the operation after it, or made the signaled end of the
 /// request, with `rdma_rw_ctx_wrs` when the request is posted.
+///
+/// `rdma_rw_ctx_wrs` sets either the `next` of the context's last work request or its `wr_cqe`
+/// and `IB_SEND_SIGNALED`, and clears neither: only a context that was never linked before has
+/// a last work request with none of them. So a context is linked once, and `posted` says it was.
 #[derive(Clone, Copy)]
-pub(crate) struct Chain {
-    /// An initialised context, exclusively lent to the request being built.
+pub(crate) struct Chain<'a> {
+    /// An initialised context never linked before, exclusively lent to the request being built.
     pub(crate) ctx: *mut bindings::rdma_rw_ctx,
+    /// Set when the context is linked: it may not be posted again.
+    pub(crate) posted: &'a AtomicBool,
     /// The QP the context was made for, and its port.
     pub(crate) qp: *mut bindings::ib_qp,
     pub(crate) port: u32,
@@ -128,7 +138,7 @@ struct Op<'a> {
     /// A UD SEND (which only a UD QP takes, and which is all a UD QP takes).
     ud: bool,
     /// The chain of a [`List::Chain`] operation.
-    chain: Option<Chain>,
+    chain: Option<Chain<'a>>,
     /// An MR this operation registers or invalidates, whose state changes when the request is
     /// posted.
     mark: Option<Mark<'a>>,
@@ -595,8 +605,9 @@ impl<'a> SendOps<'a> {
         )
     }
 
-    /// Adds a chain the core prepared; the caller lends its context to the request for `'a`.
-    pub(crate) fn chain(&mut self, chain: Chain) -> Result<&mut Self> {
+    /// Adds a chain the core prepared; the caller lends its context, never linked before, to
+    /// the request for `'a`.
+    pub(crate) fn chain(&mut self, chain: Chain<'a>) -> Result<&mut Self> {
         let op = self.push(bindings::ib_wr_opcode_IB_WR_RDMA_WRITE, List::Chain)?;
         op.chain = Some(chain);
         Ok(self)
@@ -752,29 +763,50 @@ impl<'a> SendOps<'a> {
         }
     }
 
-    fn flag(&mut self, set: i32, clear: i32) -> &mut Self {
-        if let Some(op) = self.ops.last_mut() {
-            // SAFETY: `send` is the common prefix of every variant.
-            unsafe {
-                op.wr.send.send_flags = (op.wr.send.send_flags | set) & !clear;
-            }
+    /// Sets and clears send flags of the last operation added: `EINVAL` when there is none, or
+    /// when it is a chain, whose work requests are the core's (the operation in the list only
+    /// holds its place, and its flags would never reach the device).
+    fn flag(&mut self, set: i32, clear: i32) -> Result<&mut Self> {
+        let op = self.ops.last_mut().ok_or(EINVAL)?;
+        if op.list == List::Chain {
+            return Err(EINVAL);
         }
-        self
+        // SAFETY: `send` is the common prefix of every variant.
+        unsafe {
+            op.wr.send.send_flags = (op.wr.send.send_flags | set) & !clear;
+        }
+        Ok(self)
     }
 
     /// Marks the last operation added as not generating a completion on success (all but the
     /// last operation of a request are unsignaled anyway; the last is always signaled).
-    pub fn unsignaled(&mut self) -> &mut Self {
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` before any operation, or just after [`SendOps::rw`]: an R/W context's work
+    /// requests are the core's, and all but the request's last are unsignaled.
+    pub fn unsignaled(&mut self) -> Result<&mut Self> {
         self.flag(0, bindings::ib_send_flags_IB_SEND_SIGNALED)
     }
 
     /// Makes the last operation added wait for earlier RDMA READs and atomics to complete.
-    pub fn fence(&mut self) -> &mut Self {
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` before any operation, or just after [`SendOps::rw`], whose work requests are
+    /// the core's: fence the operation after it instead (a SEND that answers with a READ's
+    /// data).
+    pub fn fence(&mut self) -> Result<&mut Self> {
         self.flag(bindings::ib_send_flags_IB_SEND_FENCE, 0)
     }
 
     /// Asks the receiver's CQ to raise a solicited event for the last operation added.
-    pub fn solicited(&mut self) -> &mut Self {
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` before any operation, or just after [`SendOps::rw`], whose work requests are
+    /// the core's RDMA READs and WRITEs (which consume no receive, so raise no event).
+    pub fn solicited(&mut self) -> Result<&mut Self> {
         self.flag(bindings::ib_send_flags_IB_SEND_SOLICITED, 0)
     }
 
@@ -812,7 +844,8 @@ impl<'a> SendOps<'a> {
     /// `failures` (which the core calls with their errors only); returns its head.
     ///
     /// `self` must not move until the list has been posted, and the contexts of its chains
-    /// must be lent to the request being posted (as [`SendOps::chain`] requires).
+    /// must be lent to the request being posted (as [`SendOps::chain`] requires). Each chain's
+    /// context counts as posted from here on, whether the driver then takes the list or not.
     pub(crate) fn link(
         &mut self,
         cqe: *mut bindings::ib_cqe,
@@ -829,9 +862,13 @@ impl<'a> SendOps<'a> {
                 } else {
                     core::ptr::null_mut()
                 };
+                // The links set below stay in the context: it is never linked again.
+                c.posted.store(true, Ordering::Release);
                 // SAFETY: `c.ctx` is an initialised context for `c.qp` on `c.port`, lent to
-                // this request ([`SendOps::chain`]); with a null `next` its last request is
-                // signaled with `cqe`, otherwise it continues with `next`.
+                // this request and never linked before ([`SendOps::chain`]), so its last
+                // request has no `next`, `wr_cqe` or signaled flag yet: with a null `next` it
+                // is now signaled with `cqe`, otherwise it continues with `next` (and stays
+                // unsignaled, without a `wr_cqe`).
                 next = unsafe { bindings::rdma_rw_ctx_wrs(c.ctx, c.qp, c.port, end, next) };
                 continue;
             }

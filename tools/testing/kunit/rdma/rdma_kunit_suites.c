@@ -147,6 +147,8 @@ RDMA_KUNIT_CASE(rdma_kunit_rw_remote_invalidate)
 RDMA_KUNIT_CASE(rdma_kunit_rw_lent_mr)
 RDMA_KUNIT_CASE(rdma_kunit_mr_inv_flushed)
 RDMA_KUNIT_CASE(rdma_kunit_mr_inv_stale_wc)
+RDMA_KUNIT_CASE(rdma_kunit_rw_posted_twice)
+RDMA_KUNIT_CASE(rdma_kunit_rw_flags_after_chain)
 RDMA_KUNIT_CASE(rdma_kunit_async_srq_limit)
 RDMA_KUNIT_CASE(rdma_kunit_async_cq_resize)
 
@@ -247,6 +249,8 @@ static struct kunit_case rdma_storage_cases[] = {
 	KUNIT_CASE(rdma_kunit_rw_lent_mr_case),
 	KUNIT_CASE(rdma_kunit_mr_inv_flushed_case),
 	KUNIT_CASE(rdma_kunit_mr_inv_stale_wc_case),
+	KUNIT_CASE(rdma_kunit_rw_posted_twice_case),
+	KUNIT_CASE(rdma_kunit_rw_flags_after_chain_case),
 	{}
 };
 

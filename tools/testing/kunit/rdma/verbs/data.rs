@@ -420,7 +420,7 @@ extern "C" fn rdma_kunit_verbs_post_list() -> c_int {
         }
         p.a.post_send(twr(bufs, &ss)?, |t, ops| {
             for b in t.payload.iter() {
-                ops.send(b, 0..1024)?.unsignaled();
+                ops.send(b, 0..1024)?.unsignaled()?;
             }
             Ok(())
         })?;

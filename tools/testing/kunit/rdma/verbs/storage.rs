@@ -17,6 +17,7 @@ use kernel::{
         dma::{copy_from_pages, PageOwner, Segment},
         mr::LentMr,
         rw::RwCtx,
+        wr::PostError,
     },
 };
 
@@ -281,6 +282,150 @@ extern "C" fn rdma_kunit_rw_chained_response() -> c_int {
         check!(r.status == WcStatus::Success, "response: {:?}", r.status);
         check!(matches(&r.payload.as_slice()[..64], 4), "response corrupt");
         check_pattern(|at, out| mr.read(at, out), 4 * PAGE_SIZE, 4 * PAGE_SIZE, 3)?;
+        drop((mr, b, a));
+        leak_check()
+    })())
+}
+
+/// What a post that must be refused with `EBUSY` came to: the request's payload when it was,
+/// an error (after its completion, so that nothing is left in flight) when it was not.
+fn refused_busy<P: Send + 'static>(
+    r: core::result::Result<(), PostError<TWr<P>>>,
+    s: &Arc<Sink<P>>,
+    what: &str,
+) -> Result<P> {
+    match r {
+        Err(e) if e.err == EBUSY => Ok(e.wr.into_inner().payload),
+        Err(e) => {
+            pr_err!(
+                "check failed: {what}: refused with {:?}, expected EBUSY\n",
+                e.err
+            );
+            Err(EINVAL)
+        }
+        Ok(()) => {
+            let status = s.wait(1)?.into_iter().next().map(|d| d.status);
+            pr_err!("check failed: {what}: accepted (completed with {status:?}), expected EBUSY\n");
+            Err(EINVAL)
+        }
+    }
+}
+
+/// An [`RwCtx`] is posted once (issue 42, item 3). The core's `rdma_rw_ctx_wrs` links the
+/// context's last work request in front of the next operation, or makes it the request's
+/// signaled end, and clears neither: posted again, the context would carry the links of its
+/// first post (the first request's completion entry on an operation in the middle, or a `next`
+/// into a list that is gone), and on the MR path it registers MRs that are still registered.
+/// A post refused before the driver sees it leaves the context as it was; once posted, it is
+/// refused with `EBUSY` as the end of a request and in front of a SEND, and comes back with its
+/// pages.
+#[no_mangle]
+extern "C" fn rdma_kunit_rw_posted_twice() -> c_int {
+    ret((|| {
+        let dev = rxe0()?;
+        let RwPair { a, b, pd, cq: _cq } = rw_pair(&dev)?;
+        let mr = target_mr(&b, 2, None)?;
+        let rw = RwCtx::<ToDevice>::new(&a, pattern_pages(&pd, 2, 9)?, 2 * PAGE_SIZE, mr.remote()?)
+            .map_err(|(e, _)| e)?;
+        let s = sink::<(RwCtx<ToDevice>, DmaBuf)>()?;
+        // A SEND past its buffer is refused before the driver sees anything: the transfer
+        // stays postable.
+        let e = a.post_send(twr((rw, filled(&pd, 64, 6)?), &s)?, |t, ops| {
+            ops.rw(&mut t.payload.0)?;
+            ops.send(&t.payload.1, 0..65)?;
+            Ok(())
+        });
+        let payload = match e {
+            Err(e) if e.err == EINVAL => e.wr.into_inner().payload,
+            _ => {
+                pr_err!("check failed: a SEND past its buffer not refused with EINVAL\n");
+                return Err(EINVAL);
+            }
+        };
+        // Its one post: the request's signaled end.
+        let d = post_one(
+            &a,
+            payload,
+            WcStatus::Success,
+            WcOpcode::RdmaWrite,
+            |(rw, _), ops| {
+                ops.rw(rw)?;
+                Ok(())
+            },
+        )?;
+        check_pattern(|at, out| mr.read(at, out), 2 * PAGE_SIZE, 2 * PAGE_SIZE, 9)?;
+        let e = a.post_send(twr(d.payload, &s)?, |t, ops| {
+            ops.rw(&mut t.payload.0)?;
+            Ok(())
+        });
+        let payload = refused_busy(e, &s, "an RwCtx posted again as the end of a request")?;
+        let e = a.post_send(twr(payload, &s)?, |t, ops| {
+            ops.rw(&mut t.payload.0)?;
+            ops.send(&t.payload.1, 0..64)?;
+            Ok(())
+        });
+        let (rw, _response) = refused_busy(e, &s, "an RwCtx posted again in front of a SEND")?;
+        check!(rw.into_pages().len() == 2, "pages lost");
+        check!(
+            a.send_outstanding() == 0,
+            "{} send slots held",
+            a.send_outstanding()
+        );
+        drop((mr, b, a));
+        leak_check()
+    })())
+}
+
+/// Send flags apply to the operation added last, and a transfer's place in the list is no
+/// work request of its own (issue 42, item 8a): `fence`, `solicited` and `unsignaled` just
+/// after [`SendOps::rw`], or before any operation, are refused with `EINVAL` rather than
+/// dropped; a fence on the SEND after a READ (the documented use) is taken, and the READ's data
+/// and the SEND arrive.
+#[no_mangle]
+extern "C" fn rdma_kunit_rw_flags_after_chain() -> c_int {
+    ret((|| {
+        let dev = rxe0()?;
+        let RwPair { a, b, pd, cq: _cq } = rw_pair(&dev)?;
+        let mr = target_mr(&b, 1, Some(4))?;
+        let rw = RwCtx::<FromDevice>::new(&a, zero_pages(1)?, PAGE_SIZE, mr.remote()?)
+            .map_err(|(e, _)| e)?;
+        let rs = sink::<DmaBuf>()?;
+        post_recv(&b, &rs, 64)?;
+        let mut seen: [Option<Error>; 5] = [None; 5];
+        let d = post_one(
+            &a,
+            (rw, filled(&pd, 64, 8)?),
+            WcStatus::Success,
+            WcOpcode::Send,
+            |(rw, resp), ops| {
+                seen[0] = ops.fence().err();
+                ops.rw(rw)?;
+                seen[1] = ops.fence().err();
+                seen[2] = ops.solicited().err();
+                seen[3] = ops.unsignaled().err();
+                seen[4] = ops.send(resp, 0..64)?.fence().err();
+                Ok(())
+            },
+        )?;
+        for (i, what) in [
+            (1, "fence just after rw"),
+            (2, "solicited just after rw"),
+            (3, "unsignaled just after rw"),
+            (0, "fence before any operation"),
+        ] {
+            check!(
+                seen[i] == Some(EINVAL),
+                "{}: {:?}, expected EINVAL (dropped in silence)",
+                what,
+                seen[i]
+            );
+        }
+        check!(seen[4].is_none(), "fence on the SEND: {:?}", seen[4]);
+        let mut r = rs.wait(1)?.into_iter().next().ok_or(EINVAL)?;
+        check!(r.status == WcStatus::Success, "the SEND: {:?}", r.status);
+        check!(matches(&r.payload.as_slice()[..64], 8), "the SEND corrupt");
+        let back: DmaSg = DmaSg::from_pages(&pd, d.payload.0.into_pages()).map_err(|(e, _)| e)?;
+        check_pattern(|at, out| back.read(at, out), PAGE_SIZE, PAGE_SIZE, 4)?;
         drop((mr, b, a));
         leak_check()
     })())
