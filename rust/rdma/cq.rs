@@ -128,12 +128,6 @@ unsafe extern "C" fn cq_event(event: *mut bindings::ib_event, context: *mut core
     unsafe { shared.events.raise(event) };
 }
 
-/// The poller slots of pool CQs, whose `cq_context` is not kernel::rdma's to use: one per
-/// bucket of CQ addresses. Two pool CQs in one bucket exclude each other's pollers, which only
-/// costs a wait (kernel::rdma processes a pool CQ itself only to tear something down).
-static POOL_POLLERS: [AtomicPtr<bindings::task_struct>; 64] =
-    [const { AtomicPtr::new(core::ptr::null_mut()) }; 64];
-
 /// Takes a poller slot; `false` if another task has it, or this one already does (a handler
 /// polling its own CQ).
 fn try_poll(slot: &AtomicPtr<bindings::task_struct>) -> bool {
@@ -151,8 +145,14 @@ enum Origin {
     /// Allocated for this [`Cq`] alone (`ib_alloc_cq`); its `cq_context` is this `Shared`.
     Own(KBox<Shared>),
     /// `entries` entries of a CQ of the device's pool (`ib_cq_pool_get`); `users` is the count
-    /// of kernel::rdma's pool users on the device, which its removal waits for.
-    Pool { entries: u32, users: *mut c_void },
+    /// of kernel::rdma's pool users on the device, which its removal waits for; `slot` is the
+    /// pool CQ's poller slot (its `cq_context` is not kernel::rdma's to use), one per pool CQ,
+    /// kept in C (`rdma_pool_slot_get`) for as long as kernel::rdma holds shares of the CQ.
+    Pool {
+        entries: u32,
+        users: *mut c_void,
+        slot: *mut *mut bindings::task_struct,
+    },
 }
 
 /// A completion queue.
@@ -170,7 +170,7 @@ pub struct Cq {
 /// `ptr` is a CQ on `device` with poll context `poll`, valid until `RawCq` is dropped: either
 /// allocated with `__ib_alloc_cq` with the `Shared` of [`Origin::Own`] as its `cq_context`, or
 /// taken from the device's pool, `entries` of its entries claimed, with `users` counted by
-/// `rdma_cq_pool_user_get` ([`Origin::Pool`]).
+/// `rdma_cq_pool_user_get` and `slot` by `rdma_pool_slot_get` for `ptr` ([`Origin::Pool`]).
 struct RawCq {
     ptr: *mut bindings::ib_cq,
     poll: PollContext,
@@ -188,14 +188,15 @@ unsafe impl Sync for RawCq {}
 impl RawCq {
     /// The CQ's poller slot: the task that holds it runs [`Cq::poll_direct`] or processes the
     /// CQ itself ([`Cq::exclusive`]: an SRQ teardown, a drain), excluding every other such
-    /// caller.
+    /// caller. Each CQ has a slot of its own: the holder of one waits for the CQ's handlers,
+    /// which may need the slot of another CQ (to tear down a QP of it).
     fn slot(&self) -> &AtomicPtr<bindings::task_struct> {
         match &self.origin {
             Origin::Own(shared) => &shared.poller,
-            Origin::Pool { .. } => {
-                let n = self.ptr as usize / core::mem::size_of::<bindings::ib_cq>();
-                &POOL_POLLERS[n % POOL_POLLERS.len()]
-            }
+            // SAFETY: `slot` is valid and aligned while our share is counted, that is as long
+            // as `self` (invariant), and is only ever accessed atomically (C initialises it
+            // before publishing it and never touches it after).
+            Origin::Pool { slot, .. } => unsafe { AtomicPtr::from_ptr(*slot) },
         }
     }
 
@@ -244,12 +245,19 @@ impl Drop for RawCq {
             // `ib_free_cq` waits for running handlers (it sleeps: process context only, never
             // one of its own handlers, see `must_defer`).
             Origin::Own(_) => unsafe { bindings::ib_free_cq(self.ptr) },
-            Origin::Pool { entries, users } => {
+            Origin::Pool {
+                entries,
+                users,
+                slot,
+            } => {
                 // SAFETY: `entries` of the pool CQ `ptr` are ours (invariant), and the QPs that
-                // used them are gone; `users` was counted for this CQ, and the device's removal
-                // waits for it before it frees its pool. Process context (`must_defer`).
+                // used them are gone; `slot` was counted for this share and is not held (a
+                // holder borrows the `Cq`); `users` was counted for this CQ, and the device's
+                // removal waits for it before it frees its pool. Process context
+                // (`must_defer`).
                 unsafe {
                     bindings::ib_cq_pool_put(self.ptr, entries);
+                    bindings::rdma_pool_slot_put(slot);
                     bindings::rdma_cq_pool_user_put(users);
                 }
             }
@@ -408,14 +416,29 @@ impl Cq {
                 return Err(e);
             }
         };
+        // SAFETY: `ptr` is a pool CQ of ours; process context.
+        let slot = unsafe { bindings::rdma_pool_slot_get(ptr) };
+        if slot.is_null() {
+            // SAFETY: Claimed and counted just above, for nothing.
+            unsafe {
+                bindings::ib_cq_pool_put(ptr, entries);
+                bindings::rdma_cq_pool_user_put(users);
+            }
+            return Err(ENOMEM);
+        }
         // INVARIANT: `entries` of the pool CQ `ptr` of `device` were just claimed, with
-        // `users` counted. Should what follows fail, dropping `RawCq` gives them back.
+        // `users` and `slot` counted. Should what follows fail, dropping `RawCq` gives them
+        // back.
         let raw = Deferred::new(RawCq {
             ptr,
             poll,
             device: device.into(),
             reserved: AtomicU32::new(0),
-            origin: Origin::Pool { entries, users },
+            origin: Origin::Pool {
+                entries,
+                users,
+                slot,
+            },
         })?;
         Ok(Arc::new(Cq { raw }, GFP_KERNEL)?)
     }
@@ -593,7 +616,7 @@ impl Cq {
     /// process context, not one of the CQ's handlers.
     ///
     /// Callers that need the slots of two CQs take them in the order of [`Cq::slot_key`], and
-    /// only one of two CQs with the same key (pool CQs can share a slot).
+    /// once for two shares of one pool CQ (one slot, one key).
     pub(crate) fn exclusive(&self) -> Exclusive<'_> {
         might_sleep();
         let waiting = self.raw.shared().map(|s| &s.waiting);
@@ -607,13 +630,11 @@ impl Cq {
         if let Some(w) = waiting {
             w.fetch_sub(1, Ordering::AcqRel);
         }
-        Exclusive {
-            cq: self,
-            owns: true,
-        }
+        Exclusive { cq: self }
     }
 
-    /// Identifies the CQ's poller slot: the order in which to take two CQs' slots.
+    /// Identifies the CQ's poller slot: the order in which to take two CQs' slots. Two CQs have
+    /// the same key only if they are one (two shares of one pool CQ).
     pub(crate) fn slot_key(&self) -> usize {
         core::ptr::from_ref(self.raw.slot()) as usize
     }
@@ -641,20 +662,9 @@ impl Cq {
 /// The poller slot of a CQ, held (see [`Cq::exclusive`]); dropping it gives the slot back.
 pub(crate) struct Exclusive<'a> {
     cq: &'a Cq,
-    /// Whether dropping the guard gives the slot back: not for [`Exclusive::sharing`].
-    owns: bool,
 }
 
 impl Exclusive<'_> {
-    /// The slot held here as the slot of `other` too, if it is `other`'s (two pool CQs may
-    /// share one); the returned guard does not give it back.
-    pub(crate) fn sharing<'b>(&self, other: &'b Cq) -> Option<Exclusive<'b>> {
-        (other.slot_key() == self.cq.slot_key()).then_some(Exclusive {
-            cq: other,
-            owns: false,
-        })
-    }
-
     /// Processes up to `budget` completions of a direct CQ here; nothing for other CQs, whose
     /// completions their poller processes.
     pub(crate) fn poll(&self, budget: i32) {
@@ -677,12 +687,10 @@ impl Exclusive<'_> {
 
 impl Drop for Exclusive<'_> {
     fn drop(&mut self) {
-        if self.owns {
-            self.cq
-                .raw
-                .slot()
-                .store(core::ptr::null_mut(), Ordering::Release);
-        }
+        self.cq
+            .raw
+            .slot()
+            .store(core::ptr::null_mut(), Ordering::Release);
     }
 }
 

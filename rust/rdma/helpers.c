@@ -2,13 +2,15 @@
 /*
  * Out-of-line copies of the static inline functions that kernel::rdma calls.
  * One function each; bindgen exposes rust_helper_foo() as bindings::foo().
- * At the end, the client that keeps the device CQ pools alive for kernel::rdma's users.
+ * At the end, the client that keeps the device CQ pools alive for kernel::rdma's users,
+ * and the poller slots of pool CQs.
  */
 
 #include <linux/bottom_half.h>
 #include <linux/completion.h>
 #include <linux/device.h>
 #include <linux/hardirq.h>
+#include <linux/hashtable.h>
 #include <linux/init.h>
 #include <linux/kernel.h>
 #include <linux/module.h>
@@ -384,4 +386,65 @@ void rust_helper_rdma_cq_pool_user_put(void *users)
 	spin_lock(&rdma_cq_pool_lock);
 	WRITE_ONCE(u->count, u->count - 1);
 	spin_unlock(&rdma_cq_pool_lock);
+}
+
+/*
+ * The poller slots of pool CQs (kernel::rdma's Cq::exclusive).  A pool CQ's cq_context is
+ * not kernel::rdma's to use, so its slot is kept here: one per pool CQ that kernel::rdma
+ * holds shares of, found by the CQ's address and counted by the shares.  One slot per CQ,
+ * never one for several: the task that holds a CQ's slot (draining a QP) waits for that
+ * CQ's handlers, and a handler may tear down a QP of another pool CQ, which takes that
+ * other CQ's slot.  Were it the same slot, each would wait for the other for ever.
+ */
+struct rdma_pool_slot {
+	/* The task that holds the slot; Rust reads and writes it as an AtomicPtr only. */
+	struct task_struct *poller;
+	struct hlist_node node;
+	struct ib_cq *cq;
+	unsigned int shares;
+};
+
+static DEFINE_HASHTABLE(rdma_pool_slots, 6);
+static DEFINE_SPINLOCK(rdma_pool_slots_lock);
+
+/*
+ * Counts a share of the pool CQ @cq; returns its slot's holder field, which lives until
+ * rust_helper_rdma_pool_slot_put() is called as many times, or NULL (-ENOMEM).  Sleeps.
+ */
+struct task_struct **rust_helper_rdma_pool_slot_get(struct ib_cq *cq)
+{
+	struct rdma_pool_slot *s, *new = kzalloc(sizeof(*new), GFP_KERNEL);
+
+	spin_lock(&rdma_pool_slots_lock);
+	hash_for_each_possible(rdma_pool_slots, s, node, (unsigned long)cq)
+		if (s->cq == cq)
+			goto found;
+	s = new;
+	new = NULL;
+	if (!s) {
+		spin_unlock(&rdma_pool_slots_lock);
+		return NULL;
+	}
+	s->cq = cq;
+	hash_add(rdma_pool_slots, &s->node, (unsigned long)cq);
+found:
+	s->shares++;
+	spin_unlock(&rdma_pool_slots_lock);
+	kfree(new);
+	return &s->poller;
+}
+
+/* Gives back a share counted by rust_helper_rdma_pool_slot_get(); its slot is not held. */
+void rust_helper_rdma_pool_slot_put(struct task_struct **poller)
+{
+	struct rdma_pool_slot *s = container_of(poller, struct rdma_pool_slot, poller);
+	bool last;
+
+	spin_lock(&rdma_pool_slots_lock);
+	last = !--s->shares;
+	if (last)
+		hash_del(&s->node);
+	spin_unlock(&rdma_pool_slots_lock);
+	if (last)
+		kfree(s);
 }

@@ -85,17 +85,12 @@ impl QpInner {
     /// sharing CQs cannot wait for each other. Sleeps.
     fn exclusive(&self) -> Slots<'_> {
         let (s, r) = (&*self.keep.send_cq, &*self.keep.recv_cq);
-        if s.as_raw() == r.as_raw() {
+        // One CQ, or two shares of one pool CQ: one slot.
+        if s.slot_key() == r.slot_key() {
             return Slots {
                 first: s.exclusive(),
                 second: None,
             };
-        }
-        if s.slot_key() == r.slot_key() {
-            // Two pool CQs with one slot: taking it once excludes the pollers of both.
-            let first = s.exclusive();
-            let second = first.sharing(r);
-            return Slots { first, second };
         }
         let (a, b) = if s.slot_key() < r.slot_key() {
             (s, r)

@@ -77,6 +77,36 @@ int rdma_kunit_res_count(const char *name)
 	return n;
 }
 
+int rdma_kunit_pool_cqs(const char *name, u64 *ids, u32 *buckets, u32 *used, int max);
+
+/*
+ * The CQs of device @name's pool of IB_POLL_WORKQUEUE CQs, up to @max: each one's address
+ * (as an id), the bucket kernel::rdma's former table of 64 pool poller slots put it in
+ * (its address divided by the size of a CQ, modulo 64), and its entries in use. Returns how
+ * many, or -ENODEV without the device.
+ */
+int rdma_kunit_pool_cqs(const char *name, u64 *ids, u32 *buckets, u32 *used, int max)
+{
+	struct ib_device *dev = ib_device_get_by_name(name, RDMA_DRIVER_UNKNOWN);
+	struct ib_cq *cq;
+	int n = 0;
+
+	if (!dev)
+		return -ENODEV;
+	spin_lock_irq(&dev->cq_pools_lock);
+	list_for_each_entry(cq, &dev->cq_pools[IB_POLL_WORKQUEUE], pool_entry) {
+		if (n == max)
+			break;
+		ids[n] = (unsigned long)cq;
+		buckets[n] = ((unsigned long)cq / sizeof(struct ib_cq)) % 64;
+		used[n] = cq->cqe_used;
+		n++;
+	}
+	spin_unlock_irq(&dev->cq_pools_lock);
+	ib_device_put(dev);
+	return n;
+}
+
 bool rdma_kunit_bh_disabled(void);
 
 /* Whether bottom halves are disabled here (as in the handlers of a softirq CQ). */
@@ -131,6 +161,7 @@ RDMA_KUNIT_CASE(rdma_kunit_verbs_ud_reply)
 RDMA_KUNIT_CASE(rdma_kunit_verbs_cm_options)
 RDMA_KUNIT_CASE(rdma_kunit_verbs_multicast)
 RDMA_KUNIT_CASE(rdma_kunit_verbs_cq_pool)
+RDMA_KUNIT_CASE(rdma_kunit_verbs_cq_pool_one_slot)
 RDMA_KUNIT_CASE(rdma_kunit_sound_last_refs_in_handler)
 RDMA_KUNIT_CASE(rdma_kunit_sound_foreign_objects)
 RDMA_KUNIT_CASE(rdma_kunit_sound_cm_one_qp)
@@ -204,6 +235,7 @@ static struct kunit_case rdma_verbs_cases[] = {
 	KUNIT_CASE(rdma_kunit_verbs_cm_options_case),
 	KUNIT_CASE(rdma_kunit_verbs_multicast_case),
 	KUNIT_CASE(rdma_kunit_verbs_cq_pool_case),
+	KUNIT_CASE_SLOW(rdma_kunit_verbs_cq_pool_one_slot_case),
 	KUNIT_CASE_SLOW(rdma_kunit_verbs_ctor_failures_case),
 	{}
 };

@@ -3,6 +3,18 @@
 //! CQs shared through the device's pool.
 
 use super::*;
+use kernel::{ffi::c_char, rdma::qp::Reset, workqueue};
+
+extern "C" {
+    /// Lists rxe0's pool CQs of the workqueue context (`rdma_kunit_suites.c`).
+    fn rdma_kunit_pool_cqs(
+        name: *const c_char,
+        ids: *mut u64,
+        buckets: *mut u32,
+        used: *mut u32,
+        max: c_int,
+    ) -> c_int;
+}
 
 /// Shares of the device's CQ pool: sizes, poll contexts and vectors it cannot serve are
 /// refused; small shares on one vector come from one pool CQ, shares without a vector go round
@@ -131,6 +143,174 @@ extern "C" fn rdma_kunit_verbs_cq_pool() -> c_int {
                 "{poll:?}: destroyed QPs kept entries"
             );
         }
+        leak_check()
+    })())
+}
+
+/// A CQ of rxe0's pool of workqueue CQs.
+#[derive(Clone, Copy)]
+struct PoolCq {
+    /// Its address.
+    id: u64,
+    /// Its bucket in kernel::rdma's former table of 64 pool poller slots.
+    bucket: u32,
+    /// Entries in use.
+    used: u32,
+}
+
+/// More pool CQs than the cases make.
+const MAX_POOL_CQS: usize = 256;
+
+/// rxe0's pool CQs of the workqueue context.
+fn pool_cqs() -> Result<KVec<PoolCq>> {
+    let mut ids = KVec::from_elem(0u64, MAX_POOL_CQS, GFP_KERNEL)?;
+    let mut buckets = KVec::from_elem(0u32, MAX_POOL_CQS, GFP_KERNEL)?;
+    let mut used = KVec::from_elem(0u32, MAX_POOL_CQS, GFP_KERNEL)?;
+    // SAFETY: The name is NUL-terminated; each array holds `MAX_POOL_CQS` elements.
+    let n = unsafe {
+        rdma_kunit_pool_cqs(
+            c_str!("rxe0").as_char_ptr(),
+            ids.as_mut_ptr(),
+            buckets.as_mut_ptr(),
+            used.as_mut_ptr(),
+            MAX_POOL_CQS as c_int,
+        )
+    };
+    let n = usize::try_from(n).map_err(|_| Error::from_errno(n))?;
+    let mut v = KVec::with_capacity(n, GFP_KERNEL)?;
+    for i in 0..n {
+        v.push(
+            PoolCq {
+                id: ids[i],
+                bucket: buckets[i],
+                used: used[i],
+            },
+            GFP_KERNEL,
+        )?;
+    }
+    Ok(v)
+}
+
+/// Entries of a share that leaves no room for another one in its pool CQ (rxe makes the
+/// pool's CQs of 4096 entries 8191 deep).
+const BIG_SHARE: u32 = 4096;
+
+/// A share of `BIG_SHARE` entries of a workqueue pool CQ on `vector`, with the pool CQ it
+/// came from.
+fn big_share(dev: &Device, vector: u32) -> Result<(Arc<Cq>, PoolCq)> {
+    let before = pool_cqs()?;
+    let cq = Cq::from_pool(dev, BIG_SHARE, Some(vector), PollContext::Workqueue)?;
+    let landed = pool_cqs()?.iter().copied().find(|a| {
+        let was = before.iter().find(|b| b.id == a.id).map_or(0, |b| b.used);
+        a.used >= was + BIG_SHARE
+    });
+    let landed = landed.ok_or_else(|| {
+        pr_err!("a share of {BIG_SHARE} entries landed on no pool CQ\n");
+        EINVAL
+    })?;
+    Ok((cq, landed))
+}
+
+/// A receive that owns the last reference to another QP, and drops it in its handler.
+struct DropQp {
+    buf: DmaBuf,
+    qp: Option<Qp<Reset>>,
+    dropped: Arc<Signal>,
+}
+
+impl Completion for DropQp {
+    fn done(wr: Wr<Self>, _wc: &Wc) {
+        let DropQp { buf, qp, dropped } = wr.into_inner();
+        drop((qp, buf));
+        dropped.complete();
+    }
+}
+
+/// How long the case below waits for the drain and the teardown.
+const ONE_SLOT_S: u32 = 20;
+
+/// Two pool CQs X and Y that kernel::rdma's former table of poller slots put in one slot:
+/// a task drains a QP on X (holding X's slot) while X's handler drops the last reference to a
+/// QP on Y. The teardown of that QP must not wait for X's slot, which the drain holds until
+/// that very handler has returned: both finish in time.
+#[no_mangle]
+extern "C" fn rdma_kunit_verbs_cq_pool_one_slot() -> c_int {
+    ret((|| {
+        let dev = rxe0()?;
+        let vectors = dev.num_comp_vectors().max(1);
+        // Each big share lands on a pool CQ of its own; 65 of them fill the 64 buckets with
+        // two in one at least.
+        let mut held: KVec<(Arc<Cq>, PoolCq)> = KVec::new();
+        let mut pair = None;
+        for n in 0..65u32 {
+            let (cq, at) = big_share(&dev, n % vectors)?;
+            if let Some(i) = held
+                .iter()
+                .position(|(_, h)| h.bucket == at.bucket && h.id != at.id)
+            {
+                pair = Some((held[i].0.clone(), held[i].1, cq, at));
+                break;
+            }
+            held.push((cq, at), GFP_KERNEL)?;
+        }
+        let (x, xat, y, yat) = pair.ok_or_else(|| {
+            pr_err!("no two of {} pool CQs in one bucket\n", held.len());
+            EINVAL
+        })?;
+        pr_info!(
+            "pool CQs {:#x} and {:#x} in bucket {} (after {} shares)\n",
+            xat.id,
+            yat.id,
+            yat.bucket,
+            held.len() + 1
+        );
+        drop(held);
+
+        let pd = Pd::new(&dev)?;
+        let z = Cq::new(&dev, 64, 0, PollContext::Softirq)?;
+        let caps = QpCaps::default();
+        let a = Qp::new(&pd, QpType::Rc, &x, &x, &caps)?.to_init(1, Access::NONE)?;
+        let b = Qp::new(&pd, QpType::Rc, &z, &z, &caps)?.to_init(1, Access::NONE)?;
+        let (a, b) = srq::connect(a, b)?;
+        let victim = Qp::new(&pd, QpType::Rc, &y, &y, &caps)?;
+        let dropped = Arc::pin_init(Signal::new(), GFP_KERNEL)?;
+        let rx = DropQp {
+            buf: DmaBuf::new(&pd, 64, GFP_KERNEL)?,
+            qp: Some(victim),
+            dropped: dropped.clone(),
+        };
+        a.post_recv(Wr::new(rx, GFP_KERNEL)?, |r, ops| {
+            ops.buf(&mut r.buf, 0..64)?;
+            Ok(())
+        })?;
+        // The drain flushes the receive: X's handler drops the QP on Y.
+        let a = Arc::new(a, GFP_KERNEL)?;
+        let drained = Arc::pin_init(Signal::new(), GFP_KERNEL)?;
+        {
+            let (a, drained) = (a.clone(), drained.clone());
+            workqueue::system_unbound().try_spawn(GFP_KERNEL, move || {
+                // A failed drain shows up below as a receive still outstanding.
+                let _ = a.drain();
+                drained.complete();
+            })?;
+        }
+        let done = dropped.wait_timeout(ONE_SLOT_S * 1000).is_ok()
+            && drained.wait_timeout(ONE_SLOT_S * 1000).is_ok();
+        check!(
+            done,
+            "teardown did not finish in {} s: QP {} drained on pool CQ {:#x}, a QP on pool CQ {:#x} dropped in its handler (bucket {})",
+            ONE_SLOT_S,
+            a.qpn(),
+            xat.id,
+            yat.id,
+            yat.bucket
+        );
+        check!(
+            a.recv_outstanding() == 0,
+            "{} receives outstanding after the drain",
+            a.recv_outstanding()
+        );
+        drop((a, b, x, y, z, pd));
         leak_check()
     })())
 }
