@@ -8,6 +8,7 @@
 #include <linux/bottom_half.h>
 #include <linux/completion.h>
 #include <linux/device.h>
+#include <linux/fault-inject.h>
 #include <linux/hardirq.h>
 #include <linux/init.h>
 #include <linux/kernel.h>
@@ -241,6 +242,21 @@ bool rust_helper_rdma_in_atomic(void)
 {
 	return in_atomic() || irqs_disabled();
 }
+
+#ifdef CONFIG_FAULT_INJECTION
+static DECLARE_FAULT_ATTR(rdma_partial_post_attr);
+
+/*
+ * The fault-injection point of a chained post: true when the driver is to take
+ * the chain but its last work request, as a driver failure would. Its
+ * probability is 0, so it fires only for a task that armed fail_nth
+ * (/proc/self/task/<tid>/fail-nth): the KUnit cases of the partial post.
+ */
+bool rust_helper_rdma_fail_partial_post(void)
+{
+	return should_fail_ex(&rdma_partial_post_attr, 1, FAULT_NOWARN);
+}
+#endif
 
 /* Whether the running task is a workqueue worker. */
 bool rust_helper_rdma_in_worker(void)
