@@ -37,6 +37,7 @@ mod cm;
 mod ctor;
 mod data;
 mod faults;
+mod lifetimes;
 mod pool;
 mod query;
 mod soundness;
