@@ -238,6 +238,14 @@ impl PostGate {
     }
 }
 
+// Without `CONFIG_PREEMPT_COUNT`, `preempt_disable` (and so `spin_lock` and, on a kernel
+// without preemptible RCU, `rcu_read_lock`) counts nothing: `atomic()` could not see them, and a
+// teardown or constructor that sleeps would run there instead of being deferred or refused.
+#[cfg(not(CONFIG_PREEMPT_COUNT))]
+compile_error!(
+    "kernel::rdma needs CONFIG_PREEMPT_COUNT: without it, atomic() cannot see spinlocks, RCU or preempt_disable"
+);
+
 /// Whether the caller may not sleep: in softirq or hardirq context, with bottom halves,
 /// preemption or interrupts disabled, or holding a spinlock (the last only where the kernel
 /// counts preemption, as with `CONFIG_DEBUG_ATOMIC_SLEEP`). The test `might_sleep` makes.
