@@ -15,6 +15,7 @@
 #include <linux/module.h>
 #include <linux/netdevice.h>
 #include <linux/preempt.h>
+#include <linux/rcupdate.h>
 #include <linux/scatterlist.h>
 #include <linux/sched.h>
 #include <linux/slab.h>
@@ -237,10 +238,16 @@ void rust_helper_rdma_dma_sync_sg(struct ib_device *dev, struct scatterlist *sg,
 		dma_sync_sg_for_cpu(dev->dma_device, sg, nents, dir);
 }
 
-/* Whether the caller may not sleep (the test of might_sleep()). */
+/*
+ * Whether the caller may not sleep (the test of might_sleep()): a count of
+ * preemption, softirq or hardirq, interrupts off, or inside a preemptible RCU
+ * read-side section (which counts apart). Spinlocks, preempt_disable() and
+ * non-preemptible RCU raise the preemption count only with
+ * CONFIG_PREEMPT_COUNT, which kernel::rdma requires.
+ */
 bool rust_helper_rdma_in_atomic(void)
 {
-	return in_atomic() || irqs_disabled();
+	return in_atomic() || irqs_disabled() || rcu_preempt_depth();
 }
 
 #ifdef CONFIG_FAULT_INJECTION
