@@ -276,6 +276,25 @@ int rust_helper_rdma_cond_resched(void)
 	return cond_resched();
 }
 
+static DEFINE_SPINLOCK(rdma_owner_lock);
+
+/*
+ * Serialises kernel::rdma's claims of module entries (owner.rs): any context,
+ * so IRQ-safe. Returns the flags to give to rdma_owner_unlock().
+ */
+unsigned long rust_helper_rdma_owner_lock(void)
+{
+	unsigned long flags;
+
+	spin_lock_irqsave(&rdma_owner_lock, flags);
+	return flags;
+}
+
+void rust_helper_rdma_owner_unlock(unsigned long flags)
+{
+	spin_unlock_irqrestore(&rdma_owner_lock, flags);
+}
+
 /* The module whose text holds @addr; NULL for built-in code. */
 struct module *rust_helper_rdma_module_of(unsigned long addr)
 {
