@@ -46,8 +46,9 @@ impl Qp<Rts> {
     /// interrupts (softirq included).
     ///
     /// If the driver takes only part of a chained request (a driver failure, logged), this
-    /// returns `Ok`: the QP then refuses further posts with `EIO`, and the request comes back,
-    /// flushed, when the QP is destroyed.
+    /// returns `Ok`: the QP then refuses further posts with `EIO`, and a work item moves it to
+    /// the error state, drains its send queue and gives the request back, flushed (whether or
+    /// not the request owns the QP).
     ///
     /// # Errors
     ///
@@ -103,9 +104,10 @@ impl Qp<Rts> {
             });
         }
         // Part of the chain is on the device and names the request's memory: it must stay
-        // where it is until the QP is drained. The checks above make this a driver failure.
+        // where it is until the send queue is drained. The checks above make this a driver
+        // failure.
         crate::pr_err!(
-            "kernel::rdma: QP {}: the driver took part of a chained post ({}); the QP is stopped and the request comes back when it is destroyed\n",
+            "kernel::rdma: QP {}: the driver took part of a chained post ({}); the QP is stopped and the request comes back once its send queue is drained\n",
             self.qpn(),
             ret
         );
