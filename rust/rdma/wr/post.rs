@@ -131,9 +131,12 @@ unsafe fn post_list(
     bad: &mut *const bindings::ib_send_wr,
 ) -> i32 {
     #[cfg(CONFIG_FAULT_INJECTION)]
-    // SAFETY: Per the safety requirements.
-    if let Some(ret) = unsafe { partial_post(qp, head, bad) } {
-        return ret;
+    {
+        // SAFETY: Per the safety requirements.
+        let injected = unsafe { partial_post(qp, head, bad) };
+        if let Some(ret) = injected {
+            return ret;
+        }
     }
     // SAFETY: Per the safety requirements.
     unsafe { bindings::ib_post_send(qp, head, bad) }

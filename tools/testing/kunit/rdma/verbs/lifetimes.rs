@@ -151,10 +151,8 @@ impl AsyncHandler for DropOther {
 extern "C" fn rdma_kunit_sound_event_drops_other() -> c_int {
     ret((|| {
         // SAFETY: Reads a global flag.
-        check!(
-            unsafe { rdma_kunit_lockdep_on() },
-            "lockdep was off before the case (an earlier report)"
-        );
+        let on = unsafe { rdma_kunit_lockdep_on() };
+        check!(on, "lockdep was off before the case (an earlier report)");
         let dev = rxe0()?;
         let base = res_count()?;
         let pd = Pd::new(&dev)?;
@@ -189,8 +187,9 @@ extern "C" fn rdma_kunit_sound_event_drops_other() -> c_int {
         drop((qa, srq, cq, pd));
         settle(c_str!("rxe0"), base, 10_000)?;
         // SAFETY: Reads a global flag.
+        let on = unsafe { rdma_kunit_lockdep_on() };
         check!(
-            unsafe { rdma_kunit_lockdep_on() },
+            on,
             "lockdep reported a problem while one QP's event handler dropped another QP"
         );
         Ok(())
