@@ -157,9 +157,9 @@ unsafe fn partial_post(
     head: *const bindings::ib_send_wr,
     bad: &mut *const bindings::ib_send_wr,
 ) -> Option<i32> {
-    // SAFETY: `head` is a valid list (safety requirements).
     let mut prev = head.cast_mut();
-    // SAFETY: As above; each `next` is null or the next valid entry.
+    // SAFETY: `head` is a valid list (safety requirements): each `next` is null or the next
+    // valid entry.
     let mut last = unsafe { (*prev).next };
     if last.is_null() {
         return None;
