@@ -32,7 +32,7 @@ use crate::{
     sync::Arc,
     types::{ARef, Opaque},
 };
-use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 
 /// An asynchronous event of a device (`struct ib_event`, for the events ULPs act on).
 ///
@@ -349,8 +349,8 @@ pub trait AsyncHandler: Send + Sync + 'static {
     /// BH-disabling lock is wrong. So the event is only recorded there, and this runs later, in
     /// process context, from a work item on `system_wq`: it may sleep and allocate with
     /// `GFP_KERNEL`. Events of one kind raised before it ran are delivered once; calls for one
-    /// object never overlap. Dropping the object from here is allowed (its teardown then runs
-    /// from another work item).
+    /// object never overlap. Dropping the object from here is allowed, and so is dropping
+    /// another QP, SRQ or CQ (their teardown then runs from another work item).
     fn event(&self, event: AsyncEvent);
 }
 
@@ -369,6 +369,29 @@ struct Sink {
     _hold: Option<Hold>,
 }
 
+/// Deliveries running now that are tracked by their task (see [`in_any_delivery`]).
+const DELIVERERS: usize = 16;
+
+/// The tasks running [`deliver`] now, one per entry (null: free).
+static DELIVERING: [AtomicPtr<bindings::task_struct>; DELIVERERS] =
+    [const { AtomicPtr::new(core::ptr::null_mut()) }; DELIVERERS];
+
+/// Deliveries running now that found no free entry in [`DELIVERING`].
+static UNTRACKED: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether the current task is delivering asynchronous events, of any object. Every delivery
+/// work item is of one lock class; an object's teardown flushes its own delivery work, so a
+/// teardown run from inside another object's delivery would make lockdep see a recursion (and
+/// two handlers dropping each other's object would wait for each other): objects dropped there
+/// are torn down from a work item of their own ([`defer`](super::defer)). While more deliveries
+/// run than can be tracked, any workqueue worker counts as one (deferring needlessly is
+/// harmless).
+fn in_any_delivery() -> bool {
+    let me = current();
+    DELIVERING.iter().any(|t| t.load(Ordering::Acquire) == me)
+        || (UNTRACKED.load(Ordering::Acquire) != 0 && in_worker())
+}
+
 /// The work function that delivers pending events. Built into the kernel (not generic).
 ///
 /// # Safety
@@ -378,11 +401,30 @@ struct Sink {
 unsafe extern "C" fn deliver(work: *mut bindings::work_struct) {
     // SAFETY: `work` is the first field of the `#[repr(C)]` sink, alive per the above.
     let sink = unsafe { &*work.cast::<Sink>() };
+    let me = current();
+    let entry = DELIVERING.iter().find(|t| {
+        t.compare_exchange(
+            core::ptr::null_mut(),
+            me,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        )
+        .is_ok()
+    });
+    if entry.is_none() {
+        UNTRACKED.fetch_add(1, Ordering::AcqRel);
+    }
     let mut bits = sink.pending.swap(0, Ordering::AcqRel);
     while bits != 0 {
         let n = bits.trailing_zeros();
         bits &= !(1 << n);
         sink.handler.event(AsyncEvent::from_type(n));
+    }
+    match entry {
+        Some(t) => t.store(core::ptr::null_mut(), Ordering::Release),
+        None => {
+            UNTRACKED.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
 
@@ -470,13 +512,11 @@ impl EventSlot {
         unsafe { bindings::queue_work_on(WORK_CPU_UNBOUND, bindings::system_wq, sink.work.get()) };
     }
 
-    /// Whether the current task is delivering this slot's events: the object must not be torn
-    /// down here, where the teardown would wait for itself.
+    /// Whether the current task is delivering events, this slot's or any other object's: the
+    /// object must not be torn down here, where its teardown would wait for itself, or for a
+    /// delivery work item from inside another ([`in_any_delivery`]).
     pub(crate) fn in_delivery(&self) -> bool {
-        let raw = self.0.load(Ordering::Acquire);
-        // SAFETY: `current_work` only reads the current worker; only the address of the
-        // published sink's work item is taken.
-        !raw.is_null() && unsafe { bindings::current_work() == (*raw).work.get() }
+        in_any_delivery()
     }
 }
 

@@ -9,6 +9,7 @@
 #include <linux/bottom_half.h>
 #include <linux/completion.h>
 #include <linux/device.h>
+#include <linux/fault-inject.h>
 #include <linux/hardirq.h>
 #include <linux/hashtable.h>
 #include <linux/init.h>
@@ -16,6 +17,7 @@
 #include <linux/module.h>
 #include <linux/netdevice.h>
 #include <linux/preempt.h>
+#include <linux/rcupdate.h>
 #include <linux/scatterlist.h>
 #include <linux/sched.h>
 #include <linux/slab.h>
@@ -238,11 +240,32 @@ void rust_helper_rdma_dma_sync_sg(struct ib_device *dev, struct scatterlist *sg,
 		dma_sync_sg_for_cpu(dev->dma_device, sg, nents, dir);
 }
 
-/* Whether the caller may not sleep (the test of might_sleep()). */
+/*
+ * Whether the caller may not sleep (the test of might_sleep()): a count of
+ * preemption, softirq or hardirq, interrupts off, or inside a preemptible RCU
+ * read-side section (which counts apart). Spinlocks, preempt_disable() and
+ * non-preemptible RCU raise the preemption count only with
+ * CONFIG_PREEMPT_COUNT, which kernel::rdma requires.
+ */
 bool rust_helper_rdma_in_atomic(void)
 {
-	return in_atomic() || irqs_disabled();
+	return in_atomic() || irqs_disabled() || rcu_preempt_depth();
 }
+
+#ifdef CONFIG_FAULT_INJECTION
+static DECLARE_FAULT_ATTR(rdma_partial_post_attr);
+
+/*
+ * The fault-injection point of a chained post: true when the driver is to take
+ * the chain but its last work request, as a driver failure would. Its
+ * probability is 0, so it fires only for a task that armed fail_nth
+ * (/proc/self/task/<tid>/fail-nth): the KUnit cases of the partial post.
+ */
+bool rust_helper_rdma_fail_partial_post(void)
+{
+	return should_fail_ex(&rdma_partial_post_attr, 1, FAULT_NOWARN);
+}
+#endif
 
 /* Whether the running task is a workqueue worker. */
 bool rust_helper_rdma_in_worker(void)
@@ -253,6 +276,25 @@ bool rust_helper_rdma_in_worker(void)
 int rust_helper_rdma_cond_resched(void)
 {
 	return cond_resched();
+}
+
+static DEFINE_SPINLOCK(rdma_owner_lock);
+
+/*
+ * Serialises kernel::rdma's claims of module entries (owner.rs): any context,
+ * so IRQ-safe. Returns the flags to give to rdma_owner_unlock().
+ */
+unsigned long rust_helper_rdma_owner_lock(void)
+{
+	unsigned long flags;
+
+	spin_lock_irqsave(&rdma_owner_lock, flags);
+	return flags;
+}
+
+void rust_helper_rdma_owner_unlock(unsigned long flags)
+{
+	spin_unlock_irqrestore(&rdma_owner_lock, flags);
 }
 
 /* The module whose text holds @addr; NULL for built-in code. */

@@ -98,29 +98,42 @@ impl Owner {
     }
 
     /// The entry of `module`, claimed if it has none yet.
+    ///
+    /// Claims are serialised by a lock (built into the kernel, IRQ-safe: callers may be in any
+    /// context), so that a module never gets two entries: without it, two first callers for one
+    /// module could each miss the other's claim (the one passing an entry while another
+    /// module's unload frees it behind the other), and an object whose module was recorded with
+    /// one entry would refuse requests carrying the other (`EINVAL`). Finding a claimed entry,
+    /// the common case, takes no lock.
     fn entry(module: *mut bindings::module) -> Option<Owner> {
-        if let Some(e) = TABLE
-            .iter()
-            .find(|e| e.module.load(Ordering::Acquire) == module)
-        {
+        let find = || {
+            TABLE
+                .iter()
+                .find(|e| e.module.load(Ordering::Acquire) == module)
+        };
+        if let Some(e) = find() {
             return Some(Owner(e));
         }
-        for e in TABLE.iter() {
-            if e.module
-                .compare_exchange(
-                    core::ptr::null_mut(),
-                    module,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                )
-                .is_ok()
-            {
-                return Some(Owner(e));
-            }
-            if e.module.load(Ordering::Acquire) == module {
-                // Claimed by a concurrent caller for the same module.
-                return Some(Owner(e));
-            }
+        // SAFETY: Paired with `rdma_owner_unlock` below, with the flags it returned.
+        let flags = unsafe { bindings::rdma_owner_lock() };
+        let found = find().or_else(|| {
+            TABLE.iter().find(|e| {
+                // An unload frees entries without the lock, so the claim is an exchange; no other
+                // claim can race it.
+                e.module
+                    .compare_exchange(
+                        core::ptr::null_mut(),
+                        module,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
+                    .is_ok()
+            })
+        });
+        // SAFETY: Taken above, with these flags.
+        unsafe { bindings::rdma_owner_unlock(flags) };
+        if let Some(e) = found {
+            return Some(Owner(e));
         }
         if !TABLE_FULL_REPORTED.swap(true, Ordering::Relaxed) {
             crate::pr_warn!(
@@ -221,7 +234,7 @@ unsafe extern "C" fn module_going(
         return 0;
     }
     let module = data.cast::<bindings::module>();
-    // Two callers racing to claim a free entry for one module may each have claimed one.
+    // A module has one entry at most (`Owner::entry`); all of them are looked at regardless.
     let mine = || {
         TABLE
             .iter()

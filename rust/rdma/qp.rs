@@ -58,12 +58,13 @@ use crate::{
     new_mutex, new_spinlock_bh,
     prelude::*,
     sync::{Arc, Mutex},
+    types::Opaque,
 };
 use core::{
     marker::PhantomData,
     mem::ManuallyDrop,
     pin::Pin,
-    sync::atomic::{AtomicBool, AtomicU32, Ordering},
+    sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering},
 };
 
 pub mod drain;
@@ -195,9 +196,15 @@ pub(crate) struct Shared {
     pub(crate) owner: OwnerCell,
     /// A chained post failed part-way (see [`Shared::break_off`]): posts fail with `EIO`.
     pub(crate) broken: AtomicBool,
-    /// The requests of such posts, given back when the QP is destroyed.
+    /// The requests of such posts, given back by `orphan_work` (or when the QP is destroyed).
     #[pin]
     orphans: SpinLockBh<KVec<Orphan>>,
+    /// Moves the QP to the error state, drains its send queue and gives the orphans back
+    /// ([`give_back_orphans`]); cancelled before the QP is destroyed.
+    #[pin]
+    orphan_work: Opaque<bindings::work_struct>,
+    /// The QP, for `orphan_work`: set once it is created, before anything can be posted.
+    inner: AtomicPtr<QpInner>,
     /// Whether anything was ever posted (a QP that never was needs no drain).
     pub(crate) posted: AtomicBool,
     /// Serialises drains: a second caller returns only once the first has finished.
@@ -224,6 +231,20 @@ impl Shared {
                 owner: OwnerCell::new(),
                 broken: AtomicBool::new(false),
                 orphans <- new_spinlock_bh!(KVec::new(), "rdma_qp_orphans"),
+                // SAFETY: `init_work_with_key` initialises the pinned slot it is given, for a
+                // built-in work function, with a static lock class.
+                orphan_work <- unsafe {
+                    Opaque::ffi_init(|slot: *mut bindings::work_struct| {
+                        bindings::init_work_with_key(
+                            slot,
+                            Some(give_back_orphans),
+                            false,
+                            c"kernel::rdma::qp::orphans".as_ptr().cast(),
+                            crate::static_lock_class!().as_ptr(),
+                        )
+                    })
+                },
+                inner: AtomicPtr::new(core::ptr::null_mut()),
                 posted: AtomicBool::new(false),
                 drained <- new_mutex!(Drained::default(), "rdma_qp_drain"),
                 events: EventSlot::new(),
@@ -237,15 +258,42 @@ impl Shared {
     /// A chained post of `n` operations got only part-way into the driver: the operations that
     /// did are unsignaled, so the request never completes through the core, and its memory must
     /// stay where the device may still read it. The QP takes no more posts (`EIO`), the
-    /// request's slots are no longer counted, and the request is kept until the QP is destroyed
-    /// (it goes to the error state when it is drained, in process context), then given back,
-    /// flushed. If it cannot even be recorded (no memory), it is leaked, loudly.
+    /// request's slots are no longer counted, and the request is kept until the QP's send
+    /// queue is drained: a work item moves the QP to the error state, drains the send queue
+    /// (after which the device refers to nothing of the request), and gives it back, flushed
+    /// ([`give_back_orphans`]). Not at the QP's destruction: a request that owns its QP (an
+    /// `Arc` of it, or of an R/W context of it) would keep it for ever. If the request cannot
+    /// even be recorded (no memory), it is leaked, loudly. Any context.
     pub(crate) fn break_off(&self, n: u32, request: Orphan) {
         self.sq_used.fetch_sub(n, Ordering::AcqRel);
         self.broken.store(true, Ordering::Release);
         if let Err(e) = self.orphans.lock().push(request, GFP_ATOMIC) {
             crate::pr_err!("kernel::rdma: a partly posted request is leaked: {:?}\n", e);
         }
+        // SAFETY: The work item was initialised by `new`; queueing it is allowed in any context.
+        // Its QP is set (the QP was posted on) and outlives it: the teardown cancels it first.
+        unsafe {
+            bindings::queue_work_on(
+                bindings::wq_misc_consts_WORK_CPU_UNBOUND as _,
+                bindings::system_unbound_wq,
+                self.orphan_work.get(),
+            )
+        };
+    }
+
+    /// Whether the current task runs the QP's `orphan_work`: the QP must not be torn down
+    /// there, where its teardown would wait for itself.
+    fn in_orphan_work(&self) -> bool {
+        // SAFETY: `current_work` only reads the current worker; only the address of the work
+        // item is taken.
+        unsafe { bindings::current_work() == self.orphan_work.get() }
+    }
+
+    /// Waits until `orphan_work` is neither queued nor running, and keeps it from running
+    /// again. Sleeps; not from the work item itself (`in_orphan_work`).
+    pub(crate) fn cancel_orphan_work(&self) {
+        // SAFETY: Initialised by `new`; process context, outside the work item.
+        unsafe { bindings::cancel_work_sync(self.orphan_work.get()) };
     }
 
     /// Records that something was posted (once: a store on every post would take the line
@@ -259,15 +307,16 @@ impl Shared {
     /// Lets a post in: `ESHUTDOWN` once the QP is drained, `EIO` once a driver failure stopped
     /// it, `EINVAL` for a request of another module than the QP's earlier ones.
     pub(crate) fn admit(&self, owner: Option<Owner>) -> Result<PostTicket<'_>> {
-        let ticket = self.gate.enter()?;
+        // Before the gate, which the drain of a broken QP closes.
         if self.broken.load(Ordering::Acquire) {
             return Err(EIO);
         }
+        let ticket = self.gate.enter()?;
         self.owner.claim(owner)?;
         Ok(ticket)
     }
 
-    /// The requests of posts that failed part-way, once the QP is destroyed.
+    /// The requests of posts that failed part-way, once the device refers to none of them.
     pub(crate) fn take_orphans(&self) -> KVec<Orphan> {
         core::mem::take(&mut *self.orphans.lock())
     }
@@ -292,6 +341,30 @@ unsafe extern "C" fn qp_event(event: *mut bindings::ib_event, context: *mut core
     }
     // SAFETY: `event` is valid for the call.
     unsafe { shared.events.raise(event) };
+}
+
+/// The work function of a QP's `orphan_work`. Built into the kernel (not generic).
+///
+/// # Safety
+///
+/// `work` is the `orphan_work` of a QP's `Shared` whose `inner` is set, queued by
+/// [`Shared::break_off`]; the QP is not destroyed before the work item has run or been
+/// cancelled.
+unsafe extern "C" fn give_back_orphans(work: *mut bindings::work_struct) {
+    // SAFETY: `work` is the `orphan_work` field of a live `Shared` (per the above).
+    let shared = unsafe {
+        &*crate::container_of!(
+            work.cast::<Opaque<bindings::work_struct>>(),
+            Shared,
+            orphan_work
+        )
+    };
+    // SAFETY: Set before anything was posted, and valid until the teardown has cancelled this
+    // work item.
+    let Some(inner) = (unsafe { shared.inner.load(Ordering::Acquire).as_ref() }) else {
+        return;
+    };
+    inner.give_back_orphans();
 }
 
 /// Gives back the queue slots of a completed request.
@@ -370,9 +443,11 @@ unsafe impl Sync for QpInner {}
 
 impl Teardown for QpInner {
     fn must_defer(&self) -> bool {
-        // The drain waits for handlers of the QP's CQs to process its requests.
+        // The drain waits for handlers of the QP's CQs to process its requests; the teardown
+        // cancels the QP's `orphan_work`, which may be what drops it.
         let k = &self.keep;
         atomic()
+            || k.shared.in_orphan_work()
             || k.shared.events.in_delivery()
             || k.send_cq.in_handler()
             || k.recv_cq.in_handler()
@@ -395,6 +470,27 @@ impl QpInner {
 
     pub(crate) fn created_on(&self) -> bool {
         self.keep.on.is_some()
+    }
+
+    /// The work of [`Shared::break_off`]: moves the QP to the error state and drains its send
+    /// queue, after which the device refers to nothing of the partly posted requests, then gives
+    /// them back, flushed, as a handler of the send CQ would. If the drain cannot run, they are
+    /// given back when the QP is destroyed. Process context (a work item).
+    fn give_back_orphans(&self) {
+        if let Err(e) = self.drain_send() {
+            crate::pr_err!(
+                "kernel::rdma: QP {}: cannot drain the send queue after a partial post ({:?}); its request comes back when the QP is destroyed\n",
+                self.qpn(),
+                e
+            );
+            return;
+        }
+        for orphan in self.shared().take_orphans() {
+            // SAFETY: The send queue is drained: every operation of the request that the
+            // driver took has completed and its completion has been processed (the drain's
+            // marker comes after them), and the rest was never posted.
+            unsafe { orphan.flush(&self.keep.send_cq) };
+        }
     }
 }
 
@@ -648,6 +744,11 @@ fn create(
             on,
         }),
     })?;
+    // The QP lives in the `Deferred` box: its address is fixed until it is torn down.
+    inner
+        .shared()
+        .inner
+        .store((&raw const *inner).cast_mut(), Ordering::Release);
     if let Some(srq) = srq {
         // SAFETY: `ptr` is valid; `qp_num` is fixed at creation.
         let qpn = unsafe { (*ptr).qp_num };

@@ -238,9 +238,23 @@ impl PostGate {
     }
 }
 
+// Without `CONFIG_PREEMPT_COUNT`, `preempt_disable` (and so `spin_lock` and, on a kernel
+// without preemptible RCU, `rcu_read_lock`) counts nothing: `atomic()` could not see them, and a
+// teardown or constructor that sleeps would run there instead of being deferred or refused.
+// Deferring every teardown when the count is missing would not be enough (constructors and
+// drains promise `EAGAIN` where they may not sleep), so the option is required: `RUST_RDMA`
+// selects it in Kconfig (as preemptible kernels and `DEBUG_ATOMIC_SLEEP` do), and this catches
+// a build of the crate that bypassed that Kconfig.
+#[cfg(not(CONFIG_PREEMPT_COUNT))]
+compile_error!(
+    "kernel::rdma needs CONFIG_PREEMPT_COUNT: without it, atomic() cannot see spinlocks, RCU or preempt_disable"
+);
+
 /// Whether the caller may not sleep: in softirq or hardirq context, with bottom halves,
-/// preemption or interrupts disabled, or holding a spinlock (the last only where the kernel
-/// counts preemption, as with `CONFIG_DEBUG_ATOMIC_SLEEP`). The test `might_sleep` makes.
+/// preemption or interrupts disabled, holding a spinlock, or in an RCU read-side section. The
+/// test `might_sleep` makes. Exact because the kernel counts preemption
+/// (`CONFIG_PREEMPT_COUNT`, required above); a `raw` lock taken without touching the count
+/// (`arch_spin_lock`) is not seen, as `might_sleep` does not see it.
 pub(crate) fn atomic() -> bool {
     // SAFETY: `rdma_in_atomic` only reads the calling context.
     unsafe { bindings::rdma_in_atomic() }

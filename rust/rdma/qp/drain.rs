@@ -209,10 +209,17 @@ impl QpInner {
         self.drain_queues(which, &slots);
         Ok(())
     }
+
+    /// [`Qp::drain_sq`], for the QP's own work items. Sleeps.
+    pub(super) fn drain_send(&self) -> Result {
+        self.drain(Queues::Send)
+    }
 }
 
 impl Drop for QpInner {
     fn drop(&mut self) {
+        // The work item that gives partly posted requests back uses the QP.
+        self.shared().cancel_orphan_work();
         {
             let slots = self.exclusive();
             self.drain_queues(Queues::Both, &slots);
@@ -243,7 +250,8 @@ impl Drop for QpInner {
             return;
         }
         let keep = &self.keep;
-        // A request the driver took only part of: the device is done with it now.
+        // A request the driver took only part of, if the work item did not give it back: the
+        // device is done with it now.
         for orphan in keep.shared.take_orphans() {
             // SAFETY: The QP is destroyed: nothing refers to the request any more.
             unsafe { orphan.flush(&keep.send_cq) };

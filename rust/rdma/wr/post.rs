@@ -46,8 +46,9 @@ impl Qp<Rts> {
     /// interrupts (softirq included).
     ///
     /// If the driver takes only part of a chained request (a driver failure, logged), this
-    /// returns `Ok`: the QP then refuses further posts with `EIO`, and the request comes back,
-    /// flushed, when the QP is destroyed.
+    /// returns `Ok`: the QP then refuses further posts with `EIO`, and a work item moves it to
+    /// the error state, drains its send queue and gives the request back, flushed (whether or
+    /// not the request owns the QP).
     ///
     /// # Errors
     ///
@@ -89,7 +90,7 @@ impl Qp<Rts> {
         let mut bad: *const bindings::ib_send_wr = core::ptr::null();
         // SAFETY: `ptr` is valid; the list and its SGEs live in `ops` for the call (the driver
         // copies them); the memory belongs to the request, which the device owns from now on.
-        let ret = unsafe { bindings::ib_post_send(inner.ptr, head, &mut bad) };
+        let ret = unsafe { post_list(inner.ptr, head, &mut bad) };
         if ret == 0 {
             p.posted();
             return Ok(());
@@ -103,9 +104,10 @@ impl Qp<Rts> {
             });
         }
         // Part of the chain is on the device and names the request's memory: it must stay
-        // where it is until the QP is drained. The checks above make this a driver failure.
+        // where it is until the send queue is drained. The checks above make this a driver
+        // failure.
         crate::pr_err!(
-            "kernel::rdma: QP {}: the driver took part of a chained post ({}); the QP is stopped and the request comes back when it is destroyed\n",
+            "kernel::rdma: QP {}: the driver took part of a chained post ({}); the QP is stopped and the request comes back once its send queue is drained\n",
             self.qpn(),
             ret
         );
@@ -113,6 +115,77 @@ impl Qp<Rts> {
         p.posted();
         Ok(())
     }
+}
+
+/// Posts the send list `head` on `qp` (`ib_post_send`), or, where a task armed the
+/// fault-injection point of a partial post ([`partial_post`]), all of it but its last work
+/// request, which is then reported refused (`EIO`), as a driver failure would.
+///
+/// # Safety
+///
+/// As for `ib_post_send`: `qp` is a valid QP and `head` a valid list whose memory may be given
+/// to the device; the list's links may be changed for the call (they are restored).
+unsafe fn post_list(
+    qp: *mut bindings::ib_qp,
+    head: *const bindings::ib_send_wr,
+    bad: &mut *const bindings::ib_send_wr,
+) -> i32 {
+    #[cfg(CONFIG_FAULT_INJECTION)]
+    {
+        // SAFETY: Per the safety requirements.
+        let injected = unsafe { partial_post(qp, head, bad) };
+        if let Some(ret) = injected {
+            return ret;
+        }
+    }
+    // SAFETY: Per the safety requirements.
+    unsafe { bindings::ib_post_send(qp, head, bad) }
+}
+
+/// The fault-injection point of a chained post: with a list of two work requests or more, and
+/// when the point fires (only for a task that armed `fail_nth`: probability 0), posts the list
+/// but its last work request and returns what a driver that refused that one would. What no
+/// check can provoke on soft-RoCE (the checks before the post catch what it would refuse), for
+/// the KUnit cases of a request the driver took only part of. `None` when it does not fire.
+///
+/// # Safety
+///
+/// As for [`post_list`].
+#[cfg(CONFIG_FAULT_INJECTION)]
+unsafe fn partial_post(
+    qp: *mut bindings::ib_qp,
+    head: *const bindings::ib_send_wr,
+    bad: &mut *const bindings::ib_send_wr,
+) -> Option<i32> {
+    let mut prev = head.cast_mut();
+    // SAFETY: `head` is a valid list (safety requirements): each `next` is null or the next
+    // valid entry.
+    let mut last = unsafe { (*prev).next };
+    if last.is_null() {
+        return None;
+    }
+    // SAFETY: As above.
+    while !unsafe { (*last).next }.is_null() {
+        prev = last;
+        // SAFETY: As above.
+        last = unsafe { (*last).next };
+    }
+    // SAFETY: Reads only the calling context; any context.
+    if !unsafe { bindings::rdma_fail_partial_post() } {
+        return None;
+    }
+    // SAFETY: The list may be relinked for the call (safety requirements); it is restored below.
+    unsafe { (*prev).next = core::ptr::null_mut() };
+    // SAFETY: `qp` is valid and the shortened list is still valid.
+    let ret = unsafe { bindings::ib_post_send(qp, head, bad) };
+    // SAFETY: As above.
+    unsafe { (*prev).next = last };
+    Some(if ret != 0 {
+        ret
+    } else {
+        *bad = last;
+        EIO.to_errno()
+    })
 }
 
 impl<S: CanRecv> Qp<S> {

@@ -9,6 +9,7 @@
  */
 
 #include <kunit/test.h>
+#include <linux/debug_locks.h>
 #include <linux/hardirq.h>
 #include <linux/sched.h>
 #include <linux/umh.h>
@@ -107,6 +108,14 @@ int rdma_kunit_pool_cqs(const char *name, u64 *ids, u32 *buckets, u32 *used, int
 	return n;
 }
 
+bool rdma_kunit_lockdep_on(void);
+
+/* Whether lockdep is still on: it turns itself off at its first report. */
+bool rdma_kunit_lockdep_on(void)
+{
+	return debug_locks;
+}
+
 bool rdma_kunit_bh_disabled(void);
 
 /* Whether bottom halves are disabled here (as in the handlers of a softirq CQ). */
@@ -170,6 +179,8 @@ RDMA_KUNIT_CASE(rdma_kunit_sound_late_completion)
 RDMA_KUNIT_CASE(rdma_kunit_sound_srq_flush_context)
 RDMA_KUNIT_CASE(rdma_kunit_sound_drain_in_build)
 RDMA_KUNIT_CASE(rdma_kunit_sound_concurrent_drain)
+RDMA_KUNIT_CASE(rdma_kunit_sound_partial_post_owns_qp)
+RDMA_KUNIT_CASE(rdma_kunit_sound_event_drops_other)
 RDMA_KUNIT_CASE(rdma_kunit_rw_read_write)
 RDMA_KUNIT_CASE(rdma_kunit_rw_sge)
 RDMA_KUNIT_CASE(rdma_kunit_rw_chained_response)
@@ -258,6 +269,8 @@ static struct kunit_case rdma_soundness_cases[] = {
 	KUNIT_CASE(rdma_kunit_sound_srq_flush_context_case),
 	KUNIT_CASE(rdma_kunit_sound_drain_in_build_case),
 	KUNIT_CASE(rdma_kunit_sound_concurrent_drain_case),
+	KUNIT_CASE(rdma_kunit_sound_partial_post_owns_qp_case),
+	KUNIT_CASE(rdma_kunit_sound_event_drops_other_case),
 	{}
 };
 

@@ -38,6 +38,7 @@ mod ctor;
 mod data;
 mod faults;
 mod invalidate;
+mod lifetimes;
 mod pool;
 mod query;
 mod soundness;
