@@ -322,6 +322,28 @@ fn register<R: Region + Send + 'static>(qp: &Qp<Rts>, mr: R, access: Access) -> 
     Ok(d.payload)
 }
 
+/// The target's half of the storage pattern: `p.a` RDMA WRITEs `write` bytes of `seq`'s
+/// pattern to `remote` (nothing for 0), then SENDs 64 bytes with invalidate of `remote.rkey`
+/// into a receive posted on `p.b`; returns that receive's completion.
+fn write_then_invalidate(p: &RcPair, remote: Remote, write: usize, seq: u32) -> Result<Wc> {
+    let rs = sink::<DmaBuf>()?;
+    post_recv(&p.b, &rs, 64)?;
+    post_one(
+        &p.a,
+        filled(&p.pd, write.max(64), seq)?,
+        WcStatus::Success,
+        WcOpcode::Send,
+        |buf, ops| {
+            if write > 0 {
+                ops.write(buf, 0..write, remote)?;
+            }
+            ops.send_inv(buf, 0..64, remote.rkey)?;
+            Ok(())
+        },
+    )?;
+    Ok(rs.wait(1)?.into_iter().next().ok_or(EINVAL)?.wc)
+}
+
 /// The memory of `mr`, copied out.
 fn mr_bytes(mr: &Mr) -> Result<KVec<u8>> {
     let mut v = KVec::from_elem(0u8, mr.len(), GFP_KERNEL)?;

@@ -123,19 +123,7 @@ extern "C" fn rdma_kunit_mr_inv_stale_wc() -> c_int {
         let mr = registered_mr(&p.b, 4096, 0, Access::REMOTE_WRITE)?;
         let first = mr.remote()?;
         // The peer revokes it with a SEND with invalidate; the completion is kept.
-        let rs = sink::<DmaBuf>()?;
-        post_recv(&p.b, &rs, 64)?;
-        post_one(
-            &p.a,
-            filled(&p.pd, 64, 1)?,
-            WcStatus::Success,
-            WcOpcode::Send,
-            |buf, ops| {
-                ops.send_inv(buf, 0..64, first.rkey)?;
-                Ok(())
-            },
-        )?;
-        let kept = rs.wait(1)?.into_iter().next().ok_or(EINVAL)?.wc;
+        let kept = write_then_invalidate(&p, first, 0, 1)?;
         check!(mr.invalidated_by(&kept), "the invalidation did not take");
         // Under the next key, then invalidated locally, then round the 8-bit key to the
         // first rkey again.

@@ -554,28 +554,15 @@ extern "C" fn rdma_kunit_rw_remote_invalidate() -> c_int {
                 Ok(())
             },
         )?;
-        let rs = sink::<DmaBuf>()?;
-        post_recv(&p.b, &rs, 64)?;
-        post_one(
-            &p.a,
-            filled(&p.pd, 4096, 5)?,
-            WcStatus::Success,
-            WcOpcode::Send,
-            |buf, ops| {
-                ops.write(buf, 0..4096, remote)?;
-                ops.send_inv(buf, 0..64, remote.rkey)?;
-                Ok(())
-            },
-        )?;
-        let r = rs.wait(1)?.into_iter().next().ok_or(EINVAL)?;
+        let wc = write_then_invalidate(&p, remote, 4096, 5)?;
         check!(
-            r.wc.invalidated_rkey() == Some(remote.rkey),
+            wc.invalidated_rkey() == Some(remote.rkey),
             "receive reports {:?} invalidated, expected {:#x}",
-            r.wc.invalidated_rkey(),
+            wc.invalidated_rkey(),
             remote.rkey
         );
         // Kept as a value, applied later (the storage initiator's way): it takes.
-        let inv = r.wc.invalidation().ok_or(EINVAL)?;
+        let inv = wc.invalidation().ok_or(EINVAL)?;
         check!(
             inv.rkey() == remote.rkey,
             "the invalidation names another rkey"
@@ -730,22 +717,9 @@ extern "C" fn rdma_kunit_rw_lent_mr() -> c_int {
             addr: mr.iova(),
             rkey: mr.rkey(),
         };
-        let rs = sink::<DmaBuf>()?;
-        post_recv(&p.b, &rs, 64)?;
-        post_one(
-            &p.a,
-            filled(&p.pd, 2 * PAGE_SIZE, 9)?,
-            WcStatus::Success,
-            WcOpcode::Send,
-            |buf, ops| {
-                ops.write(buf, 0..2 * PAGE_SIZE, remote)?;
-                ops.send_inv(buf, 0..64, remote.rkey)?;
-                Ok(())
-            },
-        )?;
-        let r = rs.wait(1)?.into_iter().next().ok_or(EINVAL)?;
+        let wc = write_then_invalidate(&p, remote, 2 * PAGE_SIZE, 9)?;
         check!(
-            mr.invalidated_by(&r.wc),
+            mr.invalidated_by(&wc),
             "the SEND with invalidate did not revoke the MR"
         );
         let back = mr.take_back()?;
