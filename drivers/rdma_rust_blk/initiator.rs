@@ -9,7 +9,9 @@ use crate::proto::{
     Hello, Name, Refusal, Welcome, INLINE_MAX, MAX_DEPTH, MAX_DISCARD, MAX_IO, SECTOR,
 };
 use core::sync::atomic::{AtomicU64, Ordering};
-use kernel::block::mq::{self, gen_disk::GenDisk, Operations, Request, TagSet, TimeoutAction};
+use kernel::block::mq::{
+    self, gen_disk::GenDisk, Operations, Request, TagSet, TimedOut, TimeoutAction,
+};
 use kernel::new_mutex;
 use kernel::prelude::*;
 use kernel::rdma::{
@@ -132,7 +134,7 @@ impl Operations for Blk {
 
     fn commit_rqs(_conn: ArcBorrow<'_, Conn>) {}
 
-    fn timeout(conn: ArcBorrow<'_, Conn>, rq: &Request<Self>) -> TimeoutAction {
+    fn timeout(conn: ArcBorrow<'_, Conn>, rq: TimedOut) -> TimeoutAction {
         let Some(q) = conn.queues.get(rq.hw_queue() as usize) else {
             return TimeoutAction::ResetTimer;
         };

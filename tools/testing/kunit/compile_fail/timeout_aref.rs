@@ -42,7 +42,7 @@ impl Operations for Dev {
 
     fn commit_rqs(_queue_data: ()) {}
 
-    fn timeout(_queue_data: (), rq: &mq::Request<Self>) -> TimeoutAction {
+    fn timeout(_queue_data: (), rq: mq::TimedOut) -> TimeoutAction {
         // A reference that outlives the request if the driver is ending it.
         let kept: ARef<mq::Request<Self>> = ARef::from(rq);
         drop(kept);

@@ -41,7 +41,7 @@ impl Operations for Dev {
 
     fn commit_rqs(_queue_data: ()) {}
 
-    fn timeout(_queue_data: (), rq: &mq::Request<Self>) -> TimeoutAction {
+    fn timeout(_queue_data: (), rq: mq::TimedOut) -> TimeoutAction {
         let mut data = [0u8; 512];
         // The request's segments, walked while their bios may be freed.
         let _ = rq.copy_to_slice(&mut data);
