@@ -377,10 +377,18 @@ impl Export {
             return refuse(req, Refusal::Busy);
         }
         let peer = Peer(req.peer_addr());
-        // As many RDMA READs outstanding as the peer accepts (and the device can issue).
+        // As many RDMA READs outstanding as the peer accepts (and the device can issue). A
+        // peer that accepts none could never have its writes' data read: they would stall.
         let reads = u32::from(hello.depth)
             .min(u32::from(req.initiator_depth()))
             .min(16);
+        if reads == 0 {
+            pr_err!(
+                "export {}: {peer} refused: it offers no responder resources (its writes' data could not be read)\n",
+                self.volume.name
+            );
+            return refuse(req, Refusal::NoReads);
+        }
         let staging = 2 * u64::from(hello.depth) * u64::from(MAX_IO);
         let reserved = self
             .staging
@@ -421,6 +429,15 @@ impl Export {
         // The connection owns the reservation from here: its teardown gives it back.
         unreserve.dismiss();
         let reads = reads.min(id.device().map_or(0, |d| d.attrs().max_qp_init_rd_atom()));
+        if reads == 0 {
+            pr_err!(
+                "export {}: {peer} refused: the device issues no RDMA READ\n",
+                self.volume.name
+            );
+            let _ = id.reject(&Refusal::NoReads.encode());
+            conn.teardown();
+            return Err(Refusal::NoReads);
+        }
         let accepted = id.accept(&ConnParam {
             private_data: &welcome,
             responder_resources: 0,
