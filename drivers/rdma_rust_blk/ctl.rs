@@ -398,7 +398,7 @@ pub(crate) fn status(s: &State, t: &mut impl core::fmt::Write) -> core::fmt::Res
         }
         writeln!(
             t,
-            "  rrbd{} name={} target={} dev={} queues={} capacity={} block={} state={} in_flight={} completed={} errors={} timeouts={} inline_writes_lent={} inline_writes_copied={} block_writes={} registered_io={} bounced_io={} poll={}",
+            "  rrbd{} name={} target={} dev={} queues={} capacity={} block={} state={} in_flight={} completed={} errors={} timeouts={} inline_writes_lent={} inline_writes_copied={} block_writes={} registered_io={} bounced_io={} unended={} poll={}",
             d.index,
             c.name,
             c.addr,
@@ -416,6 +416,7 @@ pub(crate) fn status(s: &State, t: &mut impl core::fmt::Write) -> core::fmt::Res
             sum.block_writes,
             sum.registered,
             sum.bounced,
+            sum.unended + c.unended.load(Relaxed),
             c.poll.name()
         )?;
         write!(t, "    per_queue_completed=")?;

@@ -84,6 +84,8 @@ pub(crate) struct Conn {
     pub(crate) name: Name,
     pub(crate) dev_name: KVec<u8>,
     pub(crate) timeouts: AtomicU64,
+    /// Block requests that could not be ended outside a queue (see [`IoQueue::end`]).
+    pub(crate) unended: AtomicU64,
     pub(crate) poll: PollContext,
 }
 
@@ -126,7 +128,10 @@ impl Operations for Blk {
         match conn.queues.get(rq.hw_queue() as usize) {
             Some(q) => q.submit(rq),
             None => {
-                let _ = Request::end(rq, Err(EIO));
+                if Request::end(rq, Err(EIO)).is_err() {
+                    // Nothing else holds a request no queue took.
+                    conn.unended.fetch_add(1, Ordering::Relaxed);
+                }
                 Ok(())
             }
         }
@@ -474,6 +479,7 @@ impl Disk {
                 name: spec.name,
                 dev_name,
                 timeouts: AtomicU64::new(0),
+                unended: AtomicU64::new(0),
                 poll: spec.poll,
             },
             GFP_KERNEL,

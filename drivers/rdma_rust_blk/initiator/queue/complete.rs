@@ -21,9 +21,7 @@ impl IoQueue {
     fn finish(&self, settled: Settled) {
         match settled {
             Settled::Waiting => {}
-            Settled::End(rq, result) => {
-                let _ = Request::end(rq, result);
-            }
+            Settled::End(rq, result) => self.end(rq, result),
             Settled::Unrevoked => self.fail(
                 format_args!("an answer did not revoke the buffer's rkey"),
                 false,
