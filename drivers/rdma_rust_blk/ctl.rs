@@ -18,15 +18,18 @@
 //!   bounce buffers); completions run in the high-priority completion workqueue, or with
 //!   `poll=softirq` in softirq;
 //! - `disconnect dev=rrbdN`: removes the disk and ends its connections;
-//! - `probe addr=IP port=N name=NAME op=N sector=N len=N [tag=N] [inline=N] [imm=N]`: sends one
-//!   raw command (or with `imm`, a block write) to a target and logs what it did (see
-//!   [`hostile`](crate::hostile)), for testing targets.
+//! - `probe addr=IP port=N name=NAME op=N sector=N len=N [tag=N] [inline=N] [imm=N] [count=N]
+//!   [depth=N] [reads=N]`: sends one raw command (or with `imm`, a block write; `count` times
+//!   in a row) to a target and logs what it did (see [`hostile`](crate::hostile)), for testing
+//!   targets; `depth` and `reads` set the queue depth and the responder resources its
+//!   connect offers; `probe addr=IP port=N name=NAME abort=1 [depth=N]` connects and refuses
+//!   the target's accept instead.
 //!
 //! A malformed command is refused with `EINVAL` and a message, and changes nothing. `status`
 //! lists the volumes and disks.
 
 use crate::hostile::{self, ProbeSpec};
-use crate::initiator::{ConnectSpec, Disk, QueueStats, MAX_QUEUES};
+use crate::initiator::{ConnectSpec, Disk, Handshake, QueueStats, MAX_QUEUES};
 use crate::proto::{Name, INLINE_MAX, MAX_DEPTH};
 use crate::target::{self, Export, Volume, MAX_VOLUME};
 use crate::State;
@@ -88,6 +91,7 @@ pub(crate) fn parse(input: &[u8]) -> Result<Cmd> {
         b"disconnect" => &[b"dev"],
         b"probe" => &[
             b"addr", b"port", b"name", b"op", b"sector", b"len", b"tag", b"inline", b"imm",
+            b"count", b"depth", b"reads", b"abort",
         ],
         _ => {
             return Err(bad(format_args!(
@@ -96,7 +100,7 @@ pub(crate) fn parse(input: &[u8]) -> Result<Cmd> {
             )))
         }
     };
-    let mut vals: [Option<&[u8]>; 9] = [None; 9];
+    let mut vals: [Option<&[u8]>; 13] = [None; 13];
     for w in words {
         let eq = w
             .iter()
@@ -207,15 +211,25 @@ pub(crate) fn parse(input: &[u8]) -> Result<Cmd> {
                 depth: depth as u16,
                 zerocopy,
                 poll,
+                handshake: Handshake::default(),
             })
         }
         b"probe" => {
             let port = number(1, 1, 65535)? as u16;
-            let optional = |i: usize, max: u64| {
+            let optional = |i: usize, min: u64, max: u64, default: u64| {
                 if vals[i].is_some() {
-                    number(i, 0, max)
+                    number(i, min, max)
                 } else {
-                    Ok(0)
+                    Ok(default)
+                }
+            };
+            let abort = optional(12, 0, 1, 0)? == 1;
+            // An aborted connect sends no command: what it would be may be left out.
+            let command = |i: usize, max: u64| {
+                if abort {
+                    optional(i, 0, max, 0)
+                } else {
+                    number(i, 0, max)
                 }
             };
             Cmd::Probe(ProbeSpec {
@@ -223,19 +237,27 @@ pub(crate) fn parse(input: &[u8]) -> Result<Cmd> {
                     addr: addr(0, port)?,
                     name: name(2)?,
                     queues: 1,
-                    depth: 1,
+                    depth: optional(10, 1, u64::from(MAX_DEPTH), 1)? as u16,
                     zerocopy: false,
                     poll: PollContext::Workqueue,
+                    handshake: Handshake {
+                        reads: match vals[11] {
+                            Some(_) => Some(number(11, 0, 255)? as u8),
+                            None => None,
+                        },
+                        abort,
+                    },
                 },
-                op: number(3, 0, 255)? as u8,
-                sector: number(4, 0, u64::MAX)?,
-                len: number(5, 0, u64::from(u32::MAX))? as u32,
-                tag: optional(6, u64::from(u16::MAX))? as u16,
-                inline: optional(7, u64::from(INLINE_MAX))? as usize,
+                op: command(3, 255)? as u8,
+                sector: command(4, u64::MAX)?,
+                len: command(5, u64::from(u32::MAX))? as u32,
+                tag: optional(6, 0, u64::from(u16::MAX), 0)? as u16,
+                inline: optional(7, 0, u64::from(INLINE_MAX), 0)? as usize,
                 imm: match vals[8] {
                     Some(_) => Some(number(8, 0, u64::from(u32::MAX))? as u32),
                     None => None,
                 },
+                count: optional(9, 1, 1000, 1)? as u32,
             })
         }
         _ => {
@@ -376,7 +398,7 @@ pub(crate) fn status(s: &State, t: &mut impl core::fmt::Write) -> core::fmt::Res
         }
         writeln!(
             t,
-            "  rrbd{} name={} target={} dev={} queues={} capacity={} block={} state={} in_flight={} completed={} errors={} timeouts={} inline_writes_lent={} inline_writes_copied={} block_writes={} registered_io={} bounced_io={} poll={}",
+            "  rrbd{} name={} target={} dev={} queues={} capacity={} block={} state={} in_flight={} completed={} errors={} timeouts={} inline_writes_lent={} inline_writes_copied={} block_writes={} registered_io={} bounced_io={} unended={} poll={}",
             d.index,
             c.name,
             c.addr,
@@ -394,6 +416,7 @@ pub(crate) fn status(s: &State, t: &mut impl core::fmt::Write) -> core::fmt::Res
             sum.block_writes,
             sum.registered,
             sum.bounced,
+            sum.unended + c.unended.load(Relaxed),
             c.poll.name()
         )?;
         write!(t, "    per_queue_completed=")?;

@@ -9,7 +9,9 @@ use crate::proto::{
     Hello, Name, Refusal, Welcome, INLINE_MAX, MAX_DEPTH, MAX_DISCARD, MAX_IO, SECTOR,
 };
 use core::sync::atomic::{AtomicU64, Ordering};
-use kernel::block::mq::{self, gen_disk::GenDisk, Operations, Request, TagSet, TimeoutAction};
+use kernel::block::mq::{
+    self, gen_disk::GenDisk, Operations, Request, TagSet, TimedOut, TimeoutAction,
+};
 use kernel::new_mutex;
 use kernel::prelude::*;
 use kernel::rdma::{
@@ -50,7 +52,26 @@ pub(crate) struct ConnectSpec {
     /// Where the queues' completions run: the high-priority completion workqueue (the
     /// default) or, with `poll=softirq`, softirq as nvme-rdma's; see [`connect_queue`].
     pub(crate) poll: PollContext,
+    /// What a hostile initiator (`probe`) does otherwise in the handshake; a disk's is the
+    /// default.
+    pub(crate) handshake: Handshake,
 }
+
+/// How a hostile initiator (`probe`, for testing targets) departs from the handshake.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Handshake {
+    /// The responder resources the connect offers (the RDMA READs the target may have
+    /// outstanding against it), instead of what the device allows.
+    pub(crate) reads: Option<u8>,
+    /// Connect with no QP and refuse the target's accept (a reject after its reply), as an
+    /// initiator that gives up half way does ([`abort_connect`]; [`connect_queue`] refuses
+    /// it).
+    pub(crate) abort: bool,
+}
+
+/// `RDMA_CM_EVENT_CONNECT_RESPONSE` (`include/rdma/rdma_cm.h`): the reply to the connect of
+/// an id with no QP, which the caller answers (accepts or rejects).
+const CM_EVENT_CONNECT_RESPONSE: u32 = 5;
 
 /// The blk-mq operations of every rrbd disk.
 pub(crate) struct Blk;
@@ -63,6 +84,8 @@ pub(crate) struct Conn {
     pub(crate) name: Name,
     pub(crate) dev_name: KVec<u8>,
     pub(crate) timeouts: AtomicU64,
+    /// Block requests that could not be ended outside a queue (see [`IoQueue::end`]).
+    pub(crate) unended: AtomicU64,
     pub(crate) poll: PollContext,
 }
 
@@ -105,7 +128,10 @@ impl Operations for Blk {
         match conn.queues.get(rq.hw_queue() as usize) {
             Some(q) => q.submit(rq),
             None => {
-                let _ = Request::end(rq, Err(EIO));
+                if Request::end(rq, Err(EIO)).is_err() {
+                    // Nothing else holds a request no queue took.
+                    conn.unended.fetch_add(1, Ordering::Relaxed);
+                }
                 Ok(())
             }
         }
@@ -113,7 +139,7 @@ impl Operations for Blk {
 
     fn commit_rqs(_conn: ArcBorrow<'_, Conn>) {}
 
-    fn timeout(conn: ArcBorrow<'_, Conn>, rq: &Request<Self>) -> TimeoutAction {
+    fn timeout(conn: ArcBorrow<'_, Conn>, rq: TimedOut) -> TimeoutAction {
         let Some(q) = conn.queues.get(rq.hw_queue() as usize) else {
             return TimeoutAction::ResetTimer;
         };
@@ -154,6 +180,8 @@ enum Step {
     AddrResolved,
     RouteResolved,
     Established(Welcome),
+    /// A hostile connect refused the target's accept ([`Handshake::abort`]).
+    Aborted,
     Failed(Error),
 }
 
@@ -191,6 +219,8 @@ impl Waiter {
 /// The event handler of a queue's id.
 pub(crate) struct IniEv {
     waiter: Arc<Waiter>,
+    /// Refuse the target's accept ([`Handshake::abort`]).
+    abort: bool,
 }
 
 impl Handler for IniEv {
@@ -215,6 +245,13 @@ impl Handler for IniEv {
                 w.set(Step::Failed(ECONNREFUSED));
             }
             Event::Unreachable(e) | Event::ConnectError(e) => w.set(Step::Failed(e)),
+            Event::Other(CM_EVENT_CONNECT_RESPONSE, _) if self.abort => {
+                // The target accepted (its session is set up): refused now, after the fact.
+                match id.reject(&[]) {
+                    Ok(()) => w.set(Step::Aborted),
+                    Err(e) => w.set(Step::Failed(e)),
+                }
+            }
             Event::Disconnected | Event::DeviceRemoval => {
                 w.set(Step::Failed(ECONNRESET));
                 let q = w.queue.lock().clone();
@@ -232,8 +269,8 @@ impl Handler for IniEv {
     }
 }
 
-/// Connects one queue (process context).
-pub(crate) fn connect_queue(spec: &ConnectSpec, index: u16) -> Result<(Arc<IoQueue>, Welcome)> {
+/// A new id for `spec`, its address and route resolved (process context).
+fn resolve(spec: &ConnectSpec) -> Result<(CmId<IniEv>, Arc<Waiter>)> {
     let waiter = Arc::pin_init(
         pin_init!(Waiter {
             step <- new_mutex!(Step::Idle, "rdma_rust_blk_step"),
@@ -246,6 +283,7 @@ pub(crate) fn connect_queue(spec: &ConnectSpec, index: u16) -> Result<(Arc<IoQue
         PortSpace::Tcp,
         IniEv {
             waiter: waiter.clone(),
+            abort: spec.handshake.abort,
         },
     )?;
     let step = |want: &dyn Fn(&Step) -> bool, ms: u32, what: &str| {
@@ -263,6 +301,20 @@ pub(crate) fn connect_queue(spec: &ConnectSpec, index: u16) -> Result<(Arc<IoQue
     id.resolve_route(RESOLVE_MS)?;
     step(&|s| *s == Step::RouteResolved, RESOLVE_MS, "no route")?;
     waiter.signal.reinit();
+    Ok((id, waiter))
+}
+
+/// Connects one queue (process context).
+pub(crate) fn connect_queue(spec: &ConnectSpec, index: u16) -> Result<(Arc<IoQueue>, Welcome)> {
+    if spec.handshake.abort {
+        return Err(EINVAL);
+    }
+    let (id, waiter) = resolve(spec)?;
+    let step = |want: &dyn Fn(&Step) -> bool, ms: u32, what: &str| {
+        waiter.wait(want, ms + 1000).inspect_err(|e| {
+            pr_err!("connect {}: {what}: {e:?}\n", spec.addr);
+        })
+    };
     let dev = id.device().ok_or(ENODEV)?;
     let depth = u32::from(spec.depth);
     let pd = Pd::new(&dev)?;
@@ -302,7 +354,7 @@ pub(crate) fn connect_queue(spec: &ConnectSpec, index: u16) -> Result<(Arc<IoQue
         .min(255);
     id.connect(&ConnParam {
         private_data: &hello,
-        responder_resources: reads as u8,
+        responder_resources: spec.handshake.reads.unwrap_or(reads as u8),
         initiator_depth: 0,
         ..ConnParam::default()
     })?;
@@ -334,6 +386,34 @@ pub(crate) fn connect_queue(spec: &ConnectSpec, index: u16) -> Result<(Arc<IoQue
     }
     *waiter.queue.lock() = Some(q.clone());
     Ok((q, welcome))
+}
+
+/// A hostile connect ([`Handshake::abort`]) of queue 0: connects with no QP (the CM then
+/// hands the target's accept to the handler, which refuses it) and waits for that. `Ok` once
+/// the accept was refused; `ECONNREFUSED` if the target refused first. Process context.
+pub(crate) fn abort_connect(spec: &ConnectSpec) -> Result {
+    if !spec.handshake.abort {
+        return Err(EINVAL);
+    }
+    let (id, waiter) = resolve(spec)?;
+    let hello = Hello {
+        queue: 0,
+        depth: spec.depth,
+        name: spec.name,
+    }
+    .encode();
+    id.connect(&ConnParam {
+        private_data: &hello,
+        responder_resources: spec.handshake.reads.unwrap_or(1),
+        initiator_depth: 0,
+        // No QP on the id: the number the target connects its QP to, never used.
+        qp_num: 0x00ab_cdef,
+        ..ConnParam::default()
+    })?;
+    waiter
+        .wait(&|s| *s == Step::Aborted, CONNECT_MS + 1000)
+        .map(|_| ())
+        .inspect_err(|e| pr_err!("connect {}: cannot connect: {e:?}\n", spec.addr))
 }
 
 /// A connected disk.
@@ -399,6 +479,7 @@ impl Disk {
                 name: spec.name,
                 dev_name,
                 timeouts: AtomicU64::new(0),
+                unended: AtomicU64::new(0),
                 poll: spec.poll,
             },
             GFP_KERNEL,

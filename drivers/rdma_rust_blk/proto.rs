@@ -131,6 +131,9 @@ pub(crate) enum Refusal {
     BadQueue = 3,
     /// The target has no resources for another connection.
     Busy = 4,
+    /// The connect offers no responder resources: the target could not RDMA READ a write's
+    /// data.
+    NoReads = 5,
 }
 
 impl Refusal {
@@ -152,6 +155,7 @@ impl Refusal {
             2 => Some(Self::NoVolume),
             3 => Some(Self::BadQueue),
             4 => Some(Self::Busy),
+            5 => Some(Self::NoReads),
             _ => None,
         }
     }

@@ -247,17 +247,7 @@ impl Handler for TgtEv {
             }
             Event::Disconnected | Event::DeviceRemoval => {
                 // One connection ended (its handler runs here: dropping the id is allowed).
-                let session = {
-                    let mut l = export.link.lock();
-                    l.sessions
-                        .iter_mut()
-                        .find(|s| {
-                            s.as_ref()
-                                .is_some_and(|s| core::ptr::eq(&*s.id as *const Id, id))
-                        })
-                        .and_then(Option::take)
-                };
-                if let Some(s) = session {
+                if let Some(s) = export.take_session(id) {
                     pr_info!(
                         "export {}: {} disconnected after {} commands\n",
                         export.volume.name,
@@ -266,6 +256,20 @@ impl Handler for TgtEv {
                     );
                     s.end();
                 }
+            }
+            // A connection accepted but never established: the initiator refused the accept
+            // (a reject after the reply), never answered it (the reply timed out), or the CM
+            // could not set it up. No disconnect follows: its session ends here, and gives
+            // back its staging memory (else two such connects of depth 128 would hold the
+            // export's whole budget, and every later connect would be refused).
+            Event::Rejected { reason, .. } => export.end_unestablished(
+                id,
+                format_args!("rejected by the initiator (reason {reason})"),
+            ),
+            Event::Unreachable(e) => export
+                .end_unestablished(id, format_args!("never answered by the initiator ({e:?})")),
+            Event::ConnectError(e) => {
+                export.end_unestablished(id, format_args!("not established ({e:?})"))
             }
             Event::Established { .. } => {
                 // A connection the peer broke before ib_cm had the RTU could not send its DREQ
@@ -296,6 +300,33 @@ impl core::fmt::Display for Peer {
 }
 
 impl Export {
+    /// Takes the session of `id` out of the export, if it has one.
+    fn take_session(&self, id: &Id) -> Option<Session> {
+        let mut l = self.link.lock();
+        l.sessions
+            .iter_mut()
+            .find(|s| {
+                s.as_ref()
+                    .is_some_and(|s| core::ptr::eq(&*s.id as *const Id, id))
+            })
+            .and_then(Option::take)
+    }
+
+    /// Ends the session of `id`, accepted but never established (`why`). `id`'s handler, in
+    /// process context: dropping the id is allowed.
+    fn end_unestablished(&self, id: &Id, why: core::fmt::Arguments<'_>) {
+        if let Some(s) = self.take_session(id) {
+            // Its QP is in the error state already (the CM moved it): the flushes are this.
+            s.conn.ending();
+            pr_err!(
+                "export {}: the connection of {} was {why}: session ended\n",
+                self.volume.name,
+                Peer(id.peer_addr())
+            );
+            s.end();
+        }
+    }
+
     /// Forces the QPs of the export's connections into the error state (`fail`), as a fatal
     /// device error would: each connection sees its requests flushed and ends itself. Returns
     /// how many were forced. Process context.
@@ -346,10 +377,18 @@ impl Export {
             return refuse(req, Refusal::Busy);
         }
         let peer = Peer(req.peer_addr());
-        // As many RDMA READs outstanding as the peer accepts (and the device can issue).
+        // As many RDMA READs outstanding as the peer accepts (and the device can issue). A
+        // peer that accepts none could never have its writes' data read: they would stall.
         let reads = u32::from(hello.depth)
             .min(u32::from(req.initiator_depth()))
             .min(16);
+        if reads == 0 {
+            pr_err!(
+                "export {}: {peer} refused: it offers no responder resources (its writes' data could not be read)\n",
+                self.volume.name
+            );
+            return refuse(req, Refusal::NoReads);
+        }
         let staging = 2 * u64::from(hello.depth) * u64::from(MAX_IO);
         let reserved = self
             .staging
@@ -390,6 +429,15 @@ impl Export {
         // The connection owns the reservation from here: its teardown gives it back.
         unreserve.dismiss();
         let reads = reads.min(id.device().map_or(0, |d| d.attrs().max_qp_init_rd_atom()));
+        if reads == 0 {
+            pr_err!(
+                "export {}: {peer} refused: the device issues no RDMA READ\n",
+                self.volume.name
+            );
+            let _ = id.reject(&Refusal::NoReads.encode());
+            conn.teardown();
+            return Err(Refusal::NoReads);
+        }
         let accepted = id.accept(&ConnParam {
             private_data: &welcome,
             responder_resources: 0,

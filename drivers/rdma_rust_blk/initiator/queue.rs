@@ -106,6 +106,8 @@ pub(crate) struct IoQueue {
     /// Block requests failed before they reached a tag, or on a failed queue (the tags count
     /// those that ended on an answer).
     errors: AtomicU64,
+    /// Block requests that could not be ended (see [`IoQueue::end`]).
+    unended: AtomicU64,
     /// A probe's answer ([`PROBE_IDLE`], [`PROBE_WAITING`] or its status), and its signal,
     /// which a failure of the queue gives too (see `hostile.rs`).
     probe: AtomicI64,
@@ -134,6 +136,8 @@ pub(crate) struct QueueStats {
     /// through the bounce buffer (pages the MR cannot map).
     pub(crate) registered: u64,
     pub(crate) bounced: u64,
+    /// Block requests that could not be ended ([`IoQueue::end`]).
+    pub(crate) unended: u64,
 }
 
 impl QueueStats {
@@ -146,6 +150,7 @@ impl QueueStats {
         self.block_writes += other.block_writes;
         self.registered += other.registered;
         self.bounced += other.bounced;
+        self.unended += other.unended;
     }
 }
 
@@ -342,6 +347,7 @@ impl IoQueue {
             lend_max,
             id <- new_mutex!(None, "rdma_rust_blk_queue_id"),
             errors: AtomicU64::new(0),
+            unended: AtomicU64::new(0),
             probe: AtomicI64::new(PROBE_IDLE),
             probe_done <- Signal::new(),
             keepalive <- new_spinlock_bh!(None, "rdma_rust_blk_keepalive"),
@@ -374,12 +380,34 @@ impl IoQueue {
     pub(crate) fn stats(&self) -> QueueStats {
         let mut sum = QueueStats {
             errors: self.errors.load(Ordering::Relaxed),
+            unended: self.unended.load(Ordering::Relaxed),
             ..QueueStats::default()
         };
         for s in self.slots.iter() {
             sum.add(&s.lock().counts);
         }
         sum
+    }
+
+    /// Ends `rq` with `result`. Ending fails only while another reference to the block request
+    /// is held (its pages still lent to the device or registered), which the tags' bookkeeping
+    /// never allows: such a request cannot be ended, stays in flight for blk-mq, and its
+    /// reference is dropped here. Counted (`unended` in the status file) and logged once per
+    /// queue. Any context but hard interrupts.
+    pub(crate) fn end(&self, rq: ARef<Request<Blk>>, result: Result) {
+        if Request::end(rq, result).is_err() {
+            self.note_unended();
+        }
+    }
+
+    /// Counts a block request that could not be ended, and says so the first time.
+    pub(super) fn note_unended(&self) {
+        if self.unended.fetch_add(1, Ordering::Relaxed) == 0 {
+            pr_err!(
+                "queue {}: a block request cannot be ended: a reference to it is still held (logged once; counted as unended)\n",
+                self.index
+            );
+        }
     }
 
     /// The queue's index in its disk.
@@ -446,7 +474,7 @@ impl IoQueue {
             Op::Flush => (Opcode::Flush, 0),
             Op::Discard => (Opcode::Discard, rq.bytes()),
             _ => {
-                let _ = Request::end(rq, Err(EOPNOTSUPP));
+                self.end(rq, Err(EOPNOTSUPP));
                 return Ok(());
             }
         };
@@ -461,7 +489,7 @@ impl IoQueue {
             Some(slot) if !self.is_dead() && !too_long => slot,
             _ => {
                 self.errors.fetch_add(1, Ordering::Relaxed);
-                let _ = Request::end(rq, Err(EIO));
+                self.end(rq, Err(EIO));
                 return Ok(());
             }
         };
@@ -469,7 +497,7 @@ impl IoQueue {
         let Some(mut wr) = taken else {
             // The tag's request is still out (a timed-out request's) or the queue is closing.
             self.errors.fetch_add(1, Ordering::Relaxed);
-            let _ = Request::end(rq, Err(EIO));
+            self.end(rq, Err(EIO));
             return Ok(());
         };
         let io = wr.data_mut();
@@ -554,7 +582,7 @@ impl IoQueue {
             io.unlend();
             let late = slot.lock().put_back(wr);
             drop(late);
-            let _ = Request::end(rq, Err(e));
+            self.end(rq, Err(e));
             return Ok(());
         }
         {
@@ -568,7 +596,7 @@ impl IoQueue {
                 drop(guard);
                 drop(late);
                 self.errors.fetch_add(1, Ordering::Relaxed);
-                let _ = Request::end(rq, Err(EIO));
+                self.end(rq, Err(EIO));
                 return Ok(());
             }
             let s = &mut *guard;
@@ -621,7 +649,7 @@ impl IoQueue {
             drop(late);
             self.errors.fetch_add(1, Ordering::Relaxed);
             if let Some(rq) = rq {
-                let _ = Request::end(rq, Err(EIO));
+                self.end(rq, Err(EIO));
             }
         }
         Ok(())

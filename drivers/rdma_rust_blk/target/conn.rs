@@ -17,11 +17,12 @@
 //! before that buffer is posted again (a block write's too: the same write, its command in the
 //! receive's immediate data); an inline read's data follows the response in its SEND. A
 //! command the target cannot honour (out of the volume, bad length) is answered with an
-//! error; a message that is not a command ends the connection.
+//! error, up to [`BAD_COMMANDS_MAX`] of them; a message that is not a command ends the
+//! connection.
 
 use super::{Export, TgtEv, BLOCK, IO_PAGES};
 use crate::proto::{Command, Opcode, Response, CMD_LEN, INLINE_MAX, RESP_LEN};
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use kernel::page::Page;
 use kernel::prelude::*;
 use kernel::rdma::{
@@ -37,6 +38,15 @@ use kernel::rdma::{
 use kernel::sync::{Arc, Mutex, SpinLock};
 use kernel::{new_mutex, new_spinlock};
 
+/// Well-formed commands a connection may send that the target cannot honour (out of the
+/// volume, misaligned, of a bad length) before the target ends it, at the last of them. A
+/// disk never sends one (the block layer keeps its I/O within the disk and its block size);
+/// a peer that does is broken or hostile, and each costs the target an answer. The first is
+/// logged, the others only counted (the export's `errors`), so a stream of them does not
+/// flood the log: two lines per connection at most, and a new connection costs the peer a
+/// handshake.
+const BAD_COMMANDS_MAX: u32 = 8;
+
 /// One initiator queue's connection.
 #[pin_data]
 pub(super) struct TgtConn {
@@ -50,6 +60,8 @@ pub(super) struct TgtConn {
     #[pin]
     pool: SpinLock<Pool>,
     pub(super) commands: AtomicU64,
+    /// Commands it could not honour (see [`BAD_COMMANDS_MAX`]).
+    bad_commands: AtomicU32,
     pub(super) broken: AtomicBool,
     /// This side is ending the connection (a disconnect, a teardown): the flushes that follow
     /// are that, not news (see [`TgtConn::failed`]).
@@ -180,6 +192,7 @@ impl TgtConn {
                 qp <- new_mutex!(None, "rdma_rust_blk_tgt_qp"),
                 pool <- new_spinlock!(Pool::default(), "rdma_rust_blk_tgt_pool"),
                 commands: AtomicU64::new(0),
+                bad_commands: AtomicU32::new(0),
                 broken: AtomicBool::new(false),
                 ending: AtomicBool::new(false),
                 staging: AtomicU64::new(staging),
@@ -367,14 +380,24 @@ impl TgtConn {
         let range = match cmd.range(volume.size, BLOCK) {
             Ok(r) => r,
             Err(e) => {
+                let bad = self.bad_commands.fetch_add(1, Ordering::Relaxed) + 1;
+                if bad >= BAD_COMMANDS_MAX {
+                    self.protocol_error(format_args!(
+                        "{BAD_COMMANDS_MAX} commands it cannot honour"
+                    ));
+                    finish(&mut wr);
+                    return Some(wr);
+                }
                 self.export.errors.fetch_add(1, Ordering::Relaxed);
-                pr_err!(
-                    "export {}: {:?} of {} bytes at sector {}: outside the volume or misaligned\n",
-                    volume.name,
-                    cmd.op,
-                    cmd.len,
-                    cmd.sector
-                );
+                if bad == 1 {
+                    pr_err!(
+                        "export {}: {:?} of {} bytes at sector {}: outside the volume or misaligned (answered with an error; the connection ends at the {BAD_COMMANDS_MAX}th such command)\n",
+                        volume.name,
+                        cmd.op,
+                        cmd.len,
+                        cmd.sector
+                    );
+                }
                 return answer(wr, Err(e));
             }
         };

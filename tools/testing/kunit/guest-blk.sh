@@ -29,10 +29,12 @@ blk_disconnect() { blk_ctl disconnect dev=rrbd0 && [ ! -e /dev/rrbd0 ]; }
 blk_target_connections() { grep -q "^  vol0 .* connections=$1 " $BLK/status; }
 # blk_disk_field KEY: the value of KEY in rrbd0's status line.
 blk_disk_field() { sed -n "s/^  rrbd0 .* $1=\([0-9]*\).*/\1/p" $BLK/status; }
-# blk_clean: rrbd0 is live, with nothing in flight, no error and no timeout.
+# blk_clean: rrbd0 is live, with nothing in flight, no error, no timeout and no
+# block request that could not be ended (unended: a reference to it was still
+# held, which the driver's bookkeeping must never let happen).
 blk_clean() {
 	blk_disk_has state=live && blk_disk_has in_flight=0 && blk_disk_has errors=0 &&
-		blk_disk_has timeouts=0 || { cat $BLK/status; return 1; }
+		blk_disk_has timeouts=0 && blk_disk_has unended=0 || { cat $BLK/status; return 1; }
 }
 # dd_md5 DD-ARGS...: the md5sum of what dd reads; fails, with dd's message, if
 # dd does (a pipeline's status would be md5sum's).
@@ -246,6 +248,54 @@ blk_hostile() {
 	[ $bad = 0 ]
 }
 
+# blk_bad_commands: a peer that keeps sending commands the target cannot
+# honour (a misaligned inline read, 20 times on one connection) does not flood
+# the log: the target logs the first, answers -EINVAL up to the 7th, and ends
+# the connection at the 8th, saying why.
+blk_bad_commands() {
+	local n
+	blk_probe "the target ended the connection" op=5 sector=1 len=4096 count=20 || return 1
+	since_mark | grep -q "export vol0: 8 commands it cannot honour: connection ended" ||
+		{ echo "the target did not say why it ended the connection"; since_mark | tail -n 5; return 1; }
+	n=$(since_mark | grep -c "outside the volume or misaligned")
+	[ "$n" -le 1 ] || { echo "the target logged $n bad commands of one connection"; return 1; }
+	wait_for 30 blk_target_connections 2 ||
+		{ echo "the probe's connection did not end"; cat $BLK/status; return 1; }
+}
+
+# blk_no_reads: a connect that offers no responder resources (the target could
+# never RDMA READ a write's data: the write would stall) is refused, and the
+# target's log says why.
+blk_no_reads() {
+	blk_probe "the target refused the connection" op=2 sector=0 len=8192 reads=0 || return 1
+	since_mark | grep -q "export vol0: .* refused: it offers no responder resources" ||
+		{ echo "the target did not say why it refused"; since_mark | tail -n 5; return 1; }
+}
+
+# blk_aborted_connects: two connects of depth 128 that the initiator gives up
+# after the target's accept (it rejects the accept) end their sessions on the
+# target, which gives back their staging memory (32 MiB each: together the
+# export's whole budget); a normal connect works after them. Run with nothing
+# connected.
+blk_aborted_connects() {
+	local bad=0
+	blk_probe "aborted after the target's accept" abort=1 depth=128 || bad=1
+	blk_probe "aborted after the target's accept" abort=1 depth=128 || bad=1
+	wait_for 10 blk_target_connections 0 ||
+		{ echo "the aborted connects' sessions stayed"; cat $BLK/status; bad=1; }
+	if blk_connect depth=8; then
+		blk_disconnect || bad=1
+	else
+		echo "a connect after the aborted ones failed"; since_mark | tail -n 5; bad=1
+	fi
+	if [ $bad = 1 ]; then
+		# What the next checks need: vol0 exported afresh, nothing connected.
+		blk_ctl unexport name=vol0
+		blk_export
+	fi
+	[ $bad = 0 ]
+}
+
 # blk_discard: the disk takes discards (up to 8 MiB each); 1 MiB discarded in
 # the middle of 3 MiB just written reads back as zeros, its neighbours as
 # written.
@@ -446,10 +496,13 @@ blk_suite() {
 	check blk_128k_io_registered blk_large_io registered_io bounced_io
 	check blk_two_hw_queues blk_queues
 	check blk_hostile_initiator blk_hostile
+	check blk_hostile_bad_command_stream blk_bad_commands
+	check blk_hostile_no_responder_resources blk_no_reads
 	check blk_discard blk_discard
 	check blk_mkfs_mount_fsck blk_fs
 	check blk_status_clean blk_clean
 	check blk_disconnect blk_disconnect
+	check blk_hostile_aborted_connects blk_aborted_connects
 	# With zerocopy=0: the same data through the bounce buffers; and the
 	# completions in softirq (nvme-rdma's context) rather than the workqueue.
 	check blk_connect_bounce blk_connect zerocopy=0 poll=softirq

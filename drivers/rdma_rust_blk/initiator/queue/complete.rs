@@ -12,7 +12,7 @@ use core::sync::atomic::Ordering;
 use kernel::block::mq::Request;
 use kernel::prelude::*;
 use kernel::rdma::{
-    cq::{Invalidation, Wc, WcStatus},
+    cq::{Invalidation, Wc, WcOpcode, WcStatus},
     wr::{Completion, Wr},
 };
 
@@ -21,9 +21,7 @@ impl IoQueue {
     fn finish(&self, settled: Settled) {
         match settled {
             Settled::Waiting => {}
-            Settled::End(rq, result) => {
-                let _ = Request::end(rq, result);
-            }
+            Settled::End(rq, result) => self.end(rq, result),
             Settled::Unrevoked => self.fail(
                 format_args!("an answer did not revoke the buffer's rkey"),
                 false,
@@ -165,6 +163,26 @@ impl Completion for Answer {
             return;
         }
         let n = wc.byte_len() as usize;
+        // An answer is a SEND (with invalidate, or not), never with immediate data. Anything
+        // else that consumed the receive left the buffer as the last answer wrote it (an RDMA
+        // WRITE with immediate data names a length, not this buffer): taken as an answer, the
+        // stale one would end the tag's next block request, an inline read's with the old data.
+        let (opcode, imm) = (wc.opcode(), wc.imm_data());
+        if opcode != Some(WcOpcode::Recv) || imm.is_some() {
+            IoQueue::post_answer(wr);
+            q.fail(
+                format_args!(
+                    "the target sent {opcode:?} of {n} bytes{} where an answer goes",
+                    if imm.is_some() {
+                        " with immediate data"
+                    } else {
+                        ""
+                    }
+                ),
+                false,
+            );
+            return;
+        }
         let inv = wc.invalidation();
         // The answer is taken (and an inline read's data copied out) before its buffer is
         // posted again.

@@ -82,10 +82,7 @@ impl IoQueue {
         let mut s = slot.lock();
         if s.closed {
             drop(s);
-            pr_err!(
-                "queue {}: tag {tag}: a request cannot be ended\n",
-                self.index
-            );
+            self.note_unended();
         } else {
             // The MR's deregistration was deferred: the next pass ends it.
             s.rq = Some(rq);
@@ -120,7 +117,7 @@ impl IoQueue {
             // The request first: it may hold the block request's pages (never posted now).
             drop(io);
             if let Some(rq) = rq {
-                let _ = Request::end(rq, Err(EIO));
+                self.end(rq, Err(EIO));
             }
         }
         // The id's handler holds the queue (to fail it): that link goes first, then the id,

@@ -10,7 +10,10 @@ use super::{
 use crate::proto::{Command, Opcode, CMD_LEN, INLINE_MAX};
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
-use kernel::rdma::mr::{Access, Region};
+use kernel::rdma::{
+    mr::{Access, Region},
+    sync::msleep,
+};
 use kernel::time::Ktime;
 
 impl IoQueue {
@@ -18,7 +21,7 @@ impl IoQueue {
     /// registered for opcodes 1 and 2): opcode `op` whatever it is, and `inline` bytes of
     /// zeros after it; with `imm`, those bytes alone in a SEND with that immediate data (a
     /// block write, whatever it names). Its answer, or the queue's failure, is waited for by
-    /// [`Self::probe_wait`]. Process context.
+    /// [`Self::probe_wait`]; `ECONNRESET` if the queue failed before. Process context.
     pub(crate) fn probe(
         &self,
         op: u8,
@@ -31,11 +34,19 @@ impl IoQueue {
         if inline > INLINE_MAX as usize {
             return Err(EINVAL);
         }
-        let mut wr = self
-            .slots
-            .first()
-            .and_then(|s| s.lock().io.take())
-            .ok_or(EBUSY)?;
+        // The last probe's SEND may come back after its answer: up to a second.
+        let mut waited = 0;
+        let mut wr = loop {
+            match self.slots.first().and_then(|s| s.lock().io.take()) {
+                Some(wr) => break wr,
+                None if self.is_dead() => return Err(ECONNRESET),
+                None if waited < 1000 => {
+                    msleep(10);
+                    waited += 10;
+                }
+                None => return Err(EBUSY),
+            }
+        };
         self.probe.store(PROBE_WAITING, Ordering::Release);
         self.probe_done.reinit();
         let buffer = op == Opcode::Read as u8 || op == Opcode::Write as u8;
