@@ -85,7 +85,7 @@ for src in "$KUNIT_DIR"/compile_fail/*.rs; do
 	sync_file "$src" "$dir/$name.rs"
 	echo "obj-m += $name.o" > "$dir/Makefile"
 	if "${KMAKE[@]}" M="$dir" "$name.o" > "$LOGS/compile-fail-$name.log" 2>&1; then
-		echo "check: compile_fail/$name.rs compiles: kernel::rdma no longer refuses it" >&2
+		echo "check: compile_fail/$name.rs compiles: the abstraction (kernel::rdma, kernel::block::mq) no longer refuses it" >&2
 		fail=1
 	elif ! grep -q "^error\[$want\]" "$LOGS/compile-fail-$name.log"; then
 		grep '^error' "$LOGS/compile-fail-$name.log" >&2
