@@ -23,7 +23,7 @@ use super::{
     defer::{Deferred, Teardown},
     device::Device,
     event::{AsyncHandler, EventSlot},
-    sync::{atomic, current, might_sleep, sleepable},
+    sync::{atomic, current, might_sleep, sleepable, Tasks},
 };
 use crate::{
     alloc::{flags::GFP_KERNEL, KBox},
@@ -38,6 +38,29 @@ use core::{
 };
 
 pub mod wc;
+
+/// The tasks running a completion handler in process context now: a CQ's work item, or a
+/// task processing a CQ itself (a direct poller, a drain).
+static HANDLING: Tasks<16> = Tasks::new();
+
+/// Runs `f`, the completion handler of a request, recorded as such: a QP, SRQ or CQ whose last
+/// reference it drops is torn down from a work item ([`in_any_handler`]).
+pub(crate) fn handling<R>(f: impl FnOnce() -> R) -> R {
+    if atomic() {
+        // Teardowns defer from atomic context anyway.
+        return f();
+    }
+    let _mark = HANDLING.enter();
+    f()
+}
+
+/// Whether the current task runs a completion handler in process context, of any CQ. A
+/// teardown there would drain or free other CQs from inside this one's processing: a
+/// handler of CQ X tearing down a QP of CQ Y waits for Y's work, and one of Y tearing down
+/// a QP of X waits for X's (and lockdep sees both work items as one class).
+pub(crate) fn in_any_handler() -> bool {
+    HANDLING.has_current()
+}
 
 pub use wc::{Invalidation, Wc, WcOpcode, WcStatus};
 
@@ -231,7 +254,9 @@ impl Teardown for RawCq {
         // freeing the handler of its events waits for their delivery: not from there either.
         // Giving pool entries back takes an IRQ-disabling lock: process context.
         match &self.origin {
-            Origin::Own(shared) => atomic() || self.in_handler() || shared.events.in_delivery(),
+            Origin::Own(shared) => {
+                atomic() || self.in_handler() || in_any_handler() || shared.events.in_delivery()
+            }
             Origin::Pool { .. } => atomic(),
         }
     }

@@ -23,7 +23,7 @@ use super::{
     defer::{Deferred, Teardown},
     device::Device,
     owner::{watch_unloads, Hold, Owner},
-    sync::{atomic, current, in_worker, might_sleep, sleepable},
+    sync::{atomic, in_worker, might_sleep, sleepable, Tasks},
 };
 use crate::{
     alloc::{flags::GFP_KERNEL, KBox},
@@ -32,7 +32,7 @@ use crate::{
     sync::Arc,
     types::{ARef, Opaque},
 };
-use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 
 /// An asynchronous event of a device (`struct ib_event`, for the events ULPs act on).
 ///
@@ -161,7 +161,7 @@ struct Registered<T: EventHandler> {
     /// Tasks running the handler now (events may be dispatched concurrently, each under the
     /// device's lock for reading): a registration dropped by one of them must not unregister
     /// there, which would take that lock for writing.
-    callers: [AtomicPtr<bindings::task_struct>; CALLERS],
+    callers: Tasks<CALLERS>,
     /// The module of `callback::<T>`, while it may be called.
     _hold: Option<Hold>,
 }
@@ -179,8 +179,7 @@ unsafe impl<T: EventHandler> Sync for Registered<T> {}
 
 impl<T: EventHandler> Registered<T> {
     fn in_callback(&self) -> bool {
-        let me = current();
-        self.callers.iter().any(|c| c.load(Ordering::Acquire) == me)
+        self.callers.has_current()
     }
 }
 
@@ -220,7 +219,7 @@ impl<T: EventHandler> EventRegistration<T> {
             registered: false,
             data,
             device: device.into(),
-            callers: [const { AtomicPtr::new(core::ptr::null_mut()) }; CALLERS],
+            callers: Tasks::new(),
             _hold: owner.map(Owner::hold),
         })?;
         let reg = inner.get_mut();
@@ -264,20 +263,8 @@ unsafe extern "C" fn callback<T: EventHandler>(
     };
     // SAFETY: `event` is valid for the call.
     let ev = unsafe { Event::from_raw(event) };
-    let me = current();
-    let slot = reg.callers.iter().find(|c| {
-        c.compare_exchange(
-            core::ptr::null_mut(),
-            me,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        )
-        .is_ok()
-    });
+    let _mark = reg.callers.enter();
     reg.data.event(&reg.device, ev);
-    if let Some(c) = slot {
-        c.store(core::ptr::null_mut(), Ordering::Release);
-    }
 }
 
 /// An asynchronous event of one QP, SRQ or CQ (`struct ib_event` with a QP, SRQ or CQ element).
@@ -369,15 +356,8 @@ struct Sink {
     _hold: Option<Hold>,
 }
 
-/// Deliveries running now that are tracked by their task (see [`in_any_delivery`]).
-const DELIVERERS: usize = 16;
-
-/// The tasks running [`deliver`] now, one per entry (null: free).
-static DELIVERING: [AtomicPtr<bindings::task_struct>; DELIVERERS] =
-    [const { AtomicPtr::new(core::ptr::null_mut()) }; DELIVERERS];
-
-/// Deliveries running now that found no free entry in [`DELIVERING`].
-static UNTRACKED: AtomicUsize = AtomicUsize::new(0);
+/// The tasks running [`deliver`] now (see [`in_any_delivery`]).
+static DELIVERING: Tasks<16> = Tasks::new();
 
 /// Whether the current task is delivering asynchronous events, of any object. Every delivery
 /// work item is of one lock class; an object's teardown flushes its own delivery work, so a
@@ -387,9 +367,7 @@ static UNTRACKED: AtomicUsize = AtomicUsize::new(0);
 /// run than can be tracked, any workqueue worker counts as one (deferring needlessly is
 /// harmless).
 fn in_any_delivery() -> bool {
-    let me = current();
-    DELIVERING.iter().any(|t| t.load(Ordering::Acquire) == me)
-        || (UNTRACKED.load(Ordering::Acquire) != 0 && in_worker())
+    DELIVERING.has_current()
 }
 
 /// The work function that delivers pending events. Built into the kernel (not generic).
@@ -401,30 +379,12 @@ fn in_any_delivery() -> bool {
 unsafe extern "C" fn deliver(work: *mut bindings::work_struct) {
     // SAFETY: `work` is the first field of the `#[repr(C)]` sink, alive per the above.
     let sink = unsafe { &*work.cast::<Sink>() };
-    let me = current();
-    let entry = DELIVERING.iter().find(|t| {
-        t.compare_exchange(
-            core::ptr::null_mut(),
-            me,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        )
-        .is_ok()
-    });
-    if entry.is_none() {
-        UNTRACKED.fetch_add(1, Ordering::AcqRel);
-    }
+    let _mark = DELIVERING.enter();
     let mut bits = sink.pending.swap(0, Ordering::AcqRel);
     while bits != 0 {
         let n = bits.trailing_zeros();
         bits &= !(1 << n);
         sink.handler.event(AsyncEvent::from_type(n));
-    }
-    match entry {
-        Some(t) => t.store(core::ptr::null_mut(), Ordering::Release),
-        None => {
-            UNTRACKED.fetch_sub(1, Ordering::AcqRel);
-        }
     }
 }
 

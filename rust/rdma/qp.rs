@@ -443,12 +443,14 @@ unsafe impl Sync for QpInner {}
 
 impl Teardown for QpInner {
     fn must_defer(&self) -> bool {
-        // The drain waits for handlers of the QP's CQs to process its requests; the teardown
-        // cancels the QP's `orphan_work`, which may be what drops it.
+        // The drain waits for handlers of the QP's CQs to process its requests (not from one
+        // of them, nor from any other CQ's: see `in_any_handler`); the teardown cancels the
+        // QP's `orphan_work`, which may be what drops it.
         let k = &self.keep;
         atomic()
             || k.shared.in_orphan_work()
             || k.shared.events.in_delivery()
+            || super::cq::in_any_handler()
             || k.send_cq.in_handler()
             || k.recv_cq.in_handler()
             || k.srq.as_ref().is_some_and(|s| s.cq().in_handler())

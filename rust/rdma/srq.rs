@@ -226,7 +226,10 @@ unsafe impl Sync for RawSrq {}
 impl Teardown for RawSrq {
     fn must_defer(&self) -> bool {
         // The teardown processes the CQ with its other pollers excluded: not from one of them.
-        atomic() || self.cq.in_handler() || self.shared.events.in_delivery()
+        atomic()
+            || self.cq.in_handler()
+            || super::cq::in_any_handler()
+            || self.shared.events.in_delivery()
     }
 }
 

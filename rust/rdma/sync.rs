@@ -28,7 +28,7 @@ use crate::{
     types::Opaque,
     workqueue::Work,
 };
-use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 
 /// Creates a [`SpinLockBh`] with a lockdep class of its own for this call site.
 ///
@@ -290,6 +290,73 @@ pub fn flush_work<T: ?Sized, const ID: u64>(work: &Work<T, ID>) -> bool {
     // ever made by `Work::new`, which initialises its `work_struct`. Process context (checked by
     // `might_sleep` with `CONFIG_DEBUG_ATOMIC_SLEEP`).
     unsafe { bindings::flush_work(Work::raw_get(work)) }
+}
+
+/// The tasks running some kind of callback now (an event delivery, a completion handler), so
+/// that a teardown can tell it runs inside one, of any object: objects dropped there are torn
+/// down from a work item of their own ([`defer`](super::defer)). `N` tasks are tracked; while
+/// more run at once, any workqueue worker counts as one of them (deferring needlessly is
+/// harmless).
+pub(crate) struct Tasks<const N: usize> {
+    running: [AtomicPtr<bindings::task_struct>; N],
+    /// Tasks running now that found no free entry.
+    untracked: AtomicUsize,
+}
+
+/// A task's entry in a [`Tasks`], given back when dropped.
+pub(crate) struct TaskMark<'a> {
+    entry: Option<&'a AtomicPtr<bindings::task_struct>>,
+    untracked: &'a AtomicUsize,
+}
+
+impl<const N: usize> Tasks<N> {
+    pub(crate) const fn new() -> Self {
+        Self {
+            running: [const { AtomicPtr::new(core::ptr::null_mut()) }; N],
+            untracked: AtomicUsize::new(0),
+        }
+    }
+
+    /// Records the current task as running until the mark is dropped.
+    pub(crate) fn enter(&self) -> TaskMark<'_> {
+        let me = current();
+        let entry = self.running.iter().find(|t| {
+            t.compare_exchange(
+                core::ptr::null_mut(),
+                me,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+        });
+        if entry.is_none() {
+            self.untracked.fetch_add(1, Ordering::AcqRel);
+        }
+        TaskMark {
+            entry,
+            untracked: &self.untracked,
+        }
+    }
+
+    /// Whether the current task is running one (or may be: see the type).
+    pub(crate) fn has_current(&self) -> bool {
+        let me = current();
+        self.running
+            .iter()
+            .any(|t| t.load(Ordering::Acquire) == me)
+            || (self.untracked.load(Ordering::Acquire) != 0 && in_worker())
+    }
+}
+
+impl Drop for TaskMark<'_> {
+    fn drop(&mut self) {
+        match self.entry {
+            Some(t) => t.store(core::ptr::null_mut(), Ordering::Release),
+            None => {
+                self.untracked.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
 }
 
 /// Whether the running task is a workqueue worker (`PF_WQ_WORKER`).

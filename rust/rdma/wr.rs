@@ -358,7 +358,7 @@ unsafe extern "C" fn done_callback<T: Completion>(
     let wc = Wc::new(raw, qp_num, dev).failed_before(first);
     // SAFETY: The MRs recorded are reachable from the request's data, alive until `done`.
     unsafe { wr.0.settle.finish(wc.is_ok()) };
-    T::done(wr, &wc);
+    super::cq::handling(|| T::done(wr, &wc));
 }
 
 /// The MRs a send request invalidates ([`SendOps::local_inv`], [`SendOps::read_inv`]): its
@@ -455,7 +455,7 @@ unsafe fn flush_orphan<T: Completion>(raw: *mut core::ffi::c_void) {
     let first = wr.0.failures.first.load(Ordering::Acquire);
     // SAFETY: The MRs recorded are reachable from the request's data, alive until `done`.
     unsafe { wr.0.settle.finish(false) };
-    T::done(wr, &Wc::flushed().failed_before(first));
+    super::cq::handling(|| T::done(wr, &Wc::flushed().failed_before(first)));
 }
 
 /// Appends the scatter/gather entries that describe `range` of `mem` to `out`, after syncing
