@@ -314,13 +314,15 @@ blk_discard() {
 }
 
 # blk_fs: mke2fs, mount, copy files in, umount, e2fsck clean, mount again,
-# checksums match.
+# checksums match. The files fill about half the volume whatever the modules
+# weigh: the samples' modules (not the KUnit one, the largest, which grows with
+# every case) and random data for a quarter of it.
 blk_fs() {
 	mke2fs -q -F -b 4096 /dev/rrbd0 > /tmp/mkfs 2>&1 || { cat /tmp/mkfs; return 1; }
 	mkdir -p /mnt/rrbd
 	mount -t ext2 /dev/rrbd0 /mnt/rrbd || return 1
-	cp /lib/modules/extra/*.ko /mnt/rrbd/ || { umount /mnt/rrbd; return 1; }
-	dd if=/dev/urandom of=/mnt/rrbd/random bs=1M count=4 2> /tmp/dd.err &&
+	cp /lib/modules/extra/rdma_rust_*.ko /mnt/rrbd/ || { umount /mnt/rrbd; return 1; }
+	dd if=/dev/urandom of=/mnt/rrbd/random bs=1M count=$((VOL_MB / 4)) 2> /tmp/dd.err &&
 		(cd /mnt/rrbd && md5sum ./*.ko ./random) > /tmp/sums || { cat /tmp/dd.err; umount /mnt/rrbd; return 1; }
 	umount /mnt/rrbd || return 1
 	e2fsck -f -n /dev/rrbd0 > /tmp/fsck 2>&1 || { cat /tmp/fsck; return 1; }
