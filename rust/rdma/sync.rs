@@ -341,9 +341,7 @@ impl<const N: usize> Tasks<N> {
     /// Whether the current task is running one (or may be: see the type).
     pub(crate) fn has_current(&self) -> bool {
         let me = current();
-        self.running
-            .iter()
-            .any(|t| t.load(Ordering::Acquire) == me)
+        self.running.iter().any(|t| t.load(Ordering::Acquire) == me)
             || (self.untracked.load(Ordering::Acquire) != 0 && in_worker())
     }
 }

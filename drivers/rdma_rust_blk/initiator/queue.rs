@@ -553,7 +553,9 @@ impl IoQueue {
         // The MR the command names goes to its next key before it is registered again (with
         // the command's SEND, below); its I/O virtual address is the mapping's, set by now.
         // Refused only while the MR is registered, which a settled tag's is not.
-        let (addr, rkey) = match io.named_mut().map(|r| r.bump_key().map(|()| (r.iova(), r.rkey())))
+        let (addr, rkey) = match io
+            .named_mut()
+            .map(|r| r.bump_key().map(|()| (r.iova(), r.rkey())))
         {
             None => (0, 0),
             Some(Ok(k)) => k,

@@ -30,6 +30,16 @@ unsafe impl PageOwner for OnePage {
     }
 }
 
+/// Posts a LOCAL_INV of `mr` on `qp`, checks that it completed with `status`, and returns
+/// the MR.
+fn invalidate<R: Region + Send + 'static>(qp: &Qp<Rts>, mr: R, status: WcStatus) -> Result<R> {
+    let d = post_one(qp, mr, status, WcOpcode::LocalInv, |mr, ops| {
+        ops.local_inv(mr)?;
+        Ok(())
+    })?;
+    Ok(d.payload)
+}
+
 /// A LOCAL_INV that never ran (flushed: its QP was in the error state) leaves the
 /// registration live, and the MR says so: it stays registered, keeps its buffer from the CPU
 /// and a [`LentMr`] keeps its owner, while the peer can still write through the old rkey.
@@ -44,11 +54,7 @@ extern "C" fn rdma_kunit_mr_inv_flushed() -> c_int {
         let mr = registered_mr(&p.b, 4096, 0, Access::REMOTE_WRITE)?;
         let remote = mr.remote()?;
         q.b.set_error()?;
-        let d = post_one(&q.b, mr, WcStatus::WrFlushErr, WcOpcode::LocalInv, |mr, ops| {
-            ops.local_inv(mr)?;
-            Ok(())
-        })?;
-        let mut mr = d.payload;
+        let mut mr = invalidate(&q.b, mr, WcStatus::WrFlushErr)?;
         // The registration is live: the peer's WRITE through the old rkey lands.
         post_one(
             &p.a,
@@ -77,11 +83,7 @@ extern "C" fn rdma_kunit_mr_inv_flushed() -> c_int {
             "the keys of a live registration moved on"
         );
         // Invalidated for real, it is free.
-        let d = post_one(&p.b, mr, WcStatus::Success, WcOpcode::LocalInv, |mr, ops| {
-            ops.local_inv(mr)?;
-            Ok(())
-        })?;
-        let mut mr = d.payload;
+        let mut mr = invalidate(&p.b, mr, WcStatus::Success)?;
         check!(
             !mr.is_registered() && mr.with_buf(|_| ()).is_ok(),
             "a completed LOCAL_INV left the MR registered"
@@ -94,11 +96,7 @@ extern "C" fn rdma_kunit_mr_inv_flushed() -> c_int {
         lent.lend(OnePage(page), Access::REMOTE_WRITE)
             .map_err(|(e, _)| e)?;
         let lent = register(&p.b, lent, Access::REMOTE_WRITE)?;
-        let d = post_one(&q.b, lent, WcStatus::WrFlushErr, WcOpcode::LocalInv, |mr, ops| {
-            ops.local_inv(mr)?;
-            Ok(())
-        })?;
-        let mut lent = d.payload;
+        let mut lent = invalidate(&q.b, lent, WcStatus::WrFlushErr)?;
         let back = lent.take_back();
         check!(
             back.as_ref().err() == Some(&EBUSY),
@@ -130,11 +128,7 @@ extern "C" fn rdma_kunit_mr_inv_stale_wc() -> c_int {
         let mut mr = mr;
         mr.bump_key()?;
         let mr = register(&p.b, mr, Access::REMOTE_WRITE)?;
-        let d = post_one(&p.b, mr, WcStatus::Success, WcOpcode::LocalInv, |mr, ops| {
-            ops.local_inv(mr)?;
-            Ok(())
-        })?;
-        let mut mr = d.payload;
+        let mut mr = invalidate(&p.b, mr, WcStatus::Success)?;
         for _ in 0..255 {
             mr.bump_key()?;
         }
@@ -146,12 +140,9 @@ extern "C" fn rdma_kunit_mr_inv_stale_wc() -> c_int {
             failed = true;
         }
         // Invalidated, then registered again under the same rkey: refused.
-        let d = post_one(&p.b, mr, WcStatus::Success, WcOpcode::LocalInv, |mr, ops| {
-            ops.local_inv(mr)?;
-            Ok(())
-        })?;
+        let mr = invalidate(&p.b, mr, WcStatus::Success)?;
         let s = sink::<Mr>()?;
-        let e = p.b.post_send(twr(d.payload, &s)?, |m, ops| {
+        let e = p.b.post_send(twr(mr, &s)?, |m, ops| {
             ops.reg_mr(&m.payload, Access::REMOTE_WRITE)?;
             Ok(())
         });
