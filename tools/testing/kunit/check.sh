@@ -8,8 +8,13 @@
 #  - `bindings::` only inside rust/rdma;
 #  - clippy (the kernel's CLIPPY=1) on kernel::rdma, the modules and the sample: no warning
 #    in this project's files;
-#  - compile_fail/: code the types of kernel::rdma must refuse, refused with the error
-#    expected;
+#  - compile_fail/: code the types of kernel::rdma (or kernel::block::mq) must refuse, refused
+#    for the reason it claims: the build fails with an error that has the code of the case's
+#    `//! expect: E....` line and, in that same error, each fragment of its `//! message:`
+#    lines; and its twin compiles, without a warning. The twin is the case without its
+#    violation: each `// twin: <line>` comment is dropped and the line after it replaced by
+#    <line> (removed if <line> is empty). A case whose twin does not compile fails for some
+#    other reason (a typo, a missing import), which would prove nothing;
 #  - the documentation (docs.sh): rustdoc of the kernel crate and Sphinx, no warning.
 # The modules are linted object by object: linking them against a clippy-driver
 # build of the kernel crate trips modpost on 6.12 with this rustc (upstream
@@ -74,22 +79,95 @@ for spec in rdma_rust_ulp:CONFIG_RDMA_RUST_ULP:ulp_main.o rdma_rust_blk:CONFIG_R
 	[ -z "$w" ] || { echo "$w" >&2; echo "check: clippy warnings in $name" >&2; fail=1; }
 done
 
-# Code that must not compile (compile_fail/*.rs): each is built as a module and
-# must fail with the error code on its `//! expect:` line.
+# The twin of compile-fail case $1, on stdout: the file with each `// twin: <line>` comment
+# dropped and the line after it replaced by <line>. Fails when the case has no such comment,
+# or one that is not followed by the line it replaces.
+twin_of() {
+	awk '
+	/^[ \t]*\/\/ twin:/ {
+		if (pending) exit
+		repl = $0
+		sub(/\/\/ twin: ?/, "", repl)
+		pending = 1
+		n++
+		next
+	}
+	pending { print repl; pending = 0; next }
+	{ print }
+	END { exit pending || n == 0 }' "$1"
+}
+
+# Whether build log $1 holds an error with code $2 (E0599) whose text (its header and its
+# notes, up to the next diagnostic) contains every line of $3, the case's message fragments:
+# all in that one error.
+has_error() {
+	FRAGS=$3 awk -v head="error[$2]" '
+	function judge(i) {
+		if (!mine)
+			return
+		for (i = 1; i <= n; i++)
+			if (!index(text, frag[i]))
+				return
+		found = 1
+	}
+	BEGIN { n = split(ENVIRON["FRAGS"], frag, "\n") }
+	/^(error|warning)/ { judge(); mine = index($0, head) == 1; text = "" }
+	{ text = text $0 "\n" }
+	END { judge(); exit !found }' "$1"
+}
+
+# Print the diagnostics (errors and warnings) of build log $1.
+diagnostics() {
+	sed -n '/^\(error\|warning\)/,/^$/p' "$1" >&2
+}
+
+# Build compile_fail/$1.rs as module object $1.o in $MODBUILD/compile_fail/$2, from the file
+# on stdin, into log $3; fails if it does not compile.
+build_case() {
+	local dir=$MODBUILD/compile_fail/$2 tmp
+	mkdir -p "$dir"
+	tmp=$(mktemp)
+	cat > "$tmp"
+	sync_file "$tmp" "$dir/$1.rs"
+	rm -f "$tmp" "$dir/$1.o"
+	echo "obj-m += $1.o" > "$dir/Makefile"
+	"${KMAKE[@]}" M="$dir" "$1.o" > "$3" 2>&1
+}
+
+# Code that must not compile (compile_fail/*.rs): each must fail with the error its
+# `//! expect:` and `//! message:` lines name, and its twin (the case without its violation)
+# must compile cleanly.
 for src in "$KUNIT_DIR"/compile_fail/*.rs; do
 	name=$(basename "$src" .rs)
 	want=$(sed -n 's|^//! expect: \(E[0-9]*\).*|\1|p' "$src")
+	msgs=$(sed -n 's|^//! message: ||p' "$src")
 	log "compile-fail: $name (expects $want)"
-	dir=$MODBUILD/compile_fail/$name
-	mkdir -p "$dir"
-	sync_file "$src" "$dir/$name.rs"
-	echo "obj-m += $name.o" > "$dir/Makefile"
-	if "${KMAKE[@]}" M="$dir" "$name.o" > "$LOGS/compile-fail-$name.log" 2>&1; then
+	if [ -z "$want" ] || [ -z "$msgs" ]; then
+		echo "check: compile_fail/$name.rs names no error code (//! expect: E....) or no message fragment (//! message: ...)" >&2
+		fail=1
+		continue
+	fi
+	logf=$LOGS/compile-fail-$name.log
+	if build_case "$name" "$name" "$logf" < "$src"; then
 		echo "check: compile_fail/$name.rs compiles: the abstraction (kernel::rdma, kernel::block::mq) no longer refuses it" >&2
 		fail=1
-	elif ! grep -q "^error\[$want\]" "$LOGS/compile-fail-$name.log"; then
-		grep '^error' "$LOGS/compile-fail-$name.log" >&2
-		echo "check: compile_fail/$name.rs fails, but not with $want" >&2
+	elif ! has_error "$logf" "$want" "$msgs"; then
+		diagnostics "$logf"
+		echo "check: compile_fail/$name.rs fails, but no error $want above ($logf) says all of:" >&2
+		sed 's/^/    /' <<< "$msgs" >&2
+		fail=1
+	fi
+	twin_log=$LOGS/compile-fail-$name-twin.log
+	if ! twin=$(twin_of "$src"); then
+		echo "check: compile_fail/$name.rs has no twin: it needs a \`// twin: <line>\` comment above each line of its violation, followed by that line" >&2
+		fail=1
+	elif ! printf '%s\n' "$twin" | build_case "$name" "$name.twin" "$twin_log"; then
+		diagnostics "$twin_log"
+		echo "check: compile_fail/$name.rs: its twin (the case with its \`// twin:\` lines applied, $twin_log) does not compile: the case may fail for a reason other than its violation" >&2
+		fail=1
+	elif grep -q '^warning' "$twin_log"; then
+		diagnostics "$twin_log"
+		echo "check: compile_fail/$name.rs: its twin compiles with the warnings above ($twin_log): it must be the case without its violation, and nothing left over" >&2
 		fail=1
 	fi
 done

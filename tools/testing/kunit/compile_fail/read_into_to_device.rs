@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! expect: E0277
+//! message: the trait bound `ToDevice: DeviceWrites` is not satisfied
+//! message: required by a bound in `SendOps::<'a>::read`
 //!
 //! Memory mapped for the device to read only (`ToDevice`) cannot be the target of an RDMA
 //! READ, which the device writes.
@@ -8,6 +10,7 @@
 use kernel::prelude::*;
 use kernel::rdma::{
     cq::Wc,
+    // twin: dma::{DmaBuf, FromDevice},
     dma::{DmaBuf, ToDevice},
     mr::Remote,
     qp::{Qp, Rts},
@@ -31,6 +34,7 @@ impl kernel::Module for Case {
 }
 
 struct Rd {
+    // twin: buf: DmaBuf<FromDevice>,
     buf: DmaBuf<ToDevice>,
 }
 

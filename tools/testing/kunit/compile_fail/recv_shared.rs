@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! expect: E0308
+//! message: expected mutable reference `&mut _`
+//! message: found reference `&DmaBuf`
 //!
 //! A receive target must be lent to the request exclusively (`&mut`): a buffer shared through
 //! an `Arc` could be read by its other holders while the device writes it.
@@ -12,6 +14,7 @@ use kernel::rdma::{
     qp::{Qp, Rts},
     wr::{Completion, Wr},
 };
+// twin:
 use kernel::sync::Arc;
 
 module! {
@@ -31,6 +34,7 @@ impl kernel::Module for Case {
 }
 
 struct Rx {
+    // twin: buf: DmaBuf,
     buf: Arc<DmaBuf>,
 }
 
@@ -41,6 +45,7 @@ impl Completion for Rx {
 #[expect(dead_code)]
 fn post(qp: &Qp<Rts>, rx: Rx) -> Result {
     qp.post_recv(Wr::new(rx, GFP_KERNEL)?, |r, ops| {
+        // twin: ops.buf(&mut r.buf, 0..64)?;
         ops.buf(&*r.buf, 0..64)?;
         Ok(())
     })?;

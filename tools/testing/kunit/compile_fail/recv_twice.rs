@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! expect: E0499
+//! message: cannot borrow `r.buf` as mutable more than once at a time
 //!
 //! One buffer cannot be named twice as a receive target: two pieces of one message (or two
 //! requests) would land in the same memory.
@@ -30,6 +31,7 @@ impl kernel::Module for Case {
 }
 
 struct Rx {
+    // twin: buf: DmaBuf, tail: DmaBuf,
     buf: DmaBuf,
 }
 
@@ -40,6 +42,7 @@ impl Completion for Rx {
 #[expect(dead_code)]
 fn post(qp: &Qp<Rts>, rx: Rx) -> Result {
     qp.post_recv(Wr::new(rx, GFP_KERNEL)?, |r, ops| {
+        // twin: ops.buf(&mut r.buf, 0..32)?.buf(&mut r.tail, 0..32)?;
         ops.buf(&mut r.buf, 0..32)?.buf(&mut r.buf, 32..64)?;
         Ok(())
     })?;

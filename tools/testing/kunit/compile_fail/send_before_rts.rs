@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! expect: E0599
+//! message: no method named `post_send` found for reference `&Qp<kernel::rdma::qp::Init>`
 //!
 //! A QP sends only once it is ready to send: a QP in Init (created, not yet connected) has no
 //! `post_send`, so a request cannot reach a QP that would reject it or send to nobody.
@@ -9,6 +10,7 @@ use kernel::prelude::*;
 use kernel::rdma::{
     cq::Wc,
     dma::DmaBuf,
+    // twin: qp::{Qp, Rts},
     qp::{Init, Qp},
     wr::{Completion, Wr},
 };
@@ -38,6 +40,7 @@ impl Completion for Tx {
 }
 
 #[expect(dead_code)]
+// twin: fn post(qp: &Qp<Rts>, tx: Tx) -> Result {
 fn post(qp: &Qp<Init>, tx: Tx) -> Result {
     qp.post_send(Wr::new(tx, GFP_KERNEL)?, |t, ops| {
         ops.send(&t.buf, 0..32)?;

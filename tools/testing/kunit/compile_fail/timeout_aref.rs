@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! expect: E0277
+//! message: the trait bound `ARef<_>: From<TimedOut>` is not satisfied
 //!
 //! A block driver's timeout callback cannot take a reference to the request: blk-mq calls it
 //! while the driver may be ending the request on another CPU, and once its count has reached
@@ -31,6 +32,13 @@ impl kernel::Module for Case {
 #[allow(dead_code)]
 struct Dev;
 
+/// The driver's own reference to the request with `tag`, if it still holds it (this one
+/// holds none): what the timeout callback may use.
+#[allow(dead_code)]
+fn own_request(_tag: u32) -> Option<ARef<mq::Request<Dev>>> {
+    None
+}
+
 #[vtable]
 impl Operations for Dev {
     type QueueData = ();
@@ -44,6 +52,7 @@ impl Operations for Dev {
 
     fn timeout(_queue_data: (), rq: mq::TimedOut) -> TimeoutAction {
         // A reference that outlives the request if the driver is ending it.
+        // twin: let kept: Option<ARef<mq::Request<Self>>> = own_request(rq.tag());
         let kept: ARef<mq::Request<Self>> = ARef::from(rq);
         drop(kept);
         TimeoutAction::ResetTimer

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! expect: E0599
+//! message: no method named `copy_to_slice` found for struct `TimedOut`
 //!
 //! A block driver's timeout callback cannot read a request's data: blk-mq calls it while the
 //! driver may be ending the request on another CPU, whose bios are then freed under the copy
@@ -30,6 +31,13 @@ impl kernel::Module for Case {
 #[allow(dead_code)]
 struct Dev;
 
+/// The driver's own reference to the request with `tag`, if it still holds it (this one
+/// holds none): what the timeout callback may use.
+#[allow(dead_code)]
+fn own_request(_tag: u32) -> Option<ARef<mq::Request<Dev>>> {
+    None
+}
+
 #[vtable]
 impl Operations for Dev {
     type QueueData = ();
@@ -44,6 +52,7 @@ impl Operations for Dev {
     fn timeout(_queue_data: (), rq: mq::TimedOut) -> TimeoutAction {
         let mut data = [0u8; 512];
         // The request's segments, walked while their bios may be freed.
+        // twin: let _ = own_request(rq.tag()).map(|rq| rq.copy_to_slice(&mut data));
         let _ = rq.copy_to_slice(&mut data);
         TimeoutAction::ResetTimer
     }
