@@ -4,11 +4,15 @@
 
 Usage: bench_report.py --out DIR [--title TEXT] [--pool] LOG...
 
-Each timed run is a line `rdmabench: run case=C side=peer|ulp round=R value=V p99=P msgs=M
-cpu_us=U` (see guest-bench.sh). For every case the report gives the median and the range of
+Each timed run is a line `rdmabench: run case=C side=peer|ulp cfg=G round=R value=V p99=P
+msgs=M lost=L cpu_us=U` (see guest-bench.sh). The peer runs a throughput case in several
+configurations (cfg: perftest's defaults, a post list, event mode); the report compares the ULP
+with the configuration whose median is best (`best_cfg`), and the CPU time per message with the
+event mode's, which sleeps as the ULP does. For every case it gives the median and the range of
 each side over the rounds, the ratio ULP/peer of the medians, the CPU time per message of each
 side, the rounds' own ratios with a confidence interval for their median (see `paired`), and
-whether rxe bounds the case (see `rxe_ceiling`). It writes DIR/bench.csv and, from the size
+whether rxe bounds the case (see `rxe_ceiling`). A run that failed or reported 0 is a failure,
+never a figure. It writes DIR/bench.csv and, from the size
 sweep, DIR/bench.png (throughput against message size, ULP and perftest on one chart). Exits
 non-zero when a run failed, a validated run failed, or the guest did not finish.
 
@@ -47,8 +51,13 @@ PEER_TOOL = {
     "blk": "nvme-rdma (fio)",
 }
 # A case is bounded by rxe when the faster side reaches this share of what rxe alone
-# allows for its message size (see rxe_ceiling).
+# allows for its message size (see rxe_ceiling), and is not above it by more than the noise:
+# a case NOISE above its ceiling shows the ceiling was not the limit.
 BOUND_SHARE = 0.85
+# What one boot's rounds resolve on this host (see --pool).
+NOISE = 0.15
+# The peer's configurations (guest-bench.sh peer_cfgs), as perftest's arguments.
+CFG_ARGS = {"base": "", "list": "-l 8", "event": "-l 8 -e"}
 
 LINE = re.compile(r"rdmabench: (\w+)(.*)")
 
@@ -75,9 +84,14 @@ def parse(logs, pool=False):
                     if key not in runs:
                         runs[key] = {"peer": [], "ulp": []}
                         order.append(key)
+                    kv.setdefault("cfg", "base" if kv["side"] == "peer" else "-")
+                    if not float(kv.get("value", "0")) > 0:
+                        failures.append(f"run reported no figure (0): {rest}")
+                        continue
                     runs[key][kv["side"]].append(kv)
                 elif what == "cpu":
-                    cpu_extra[(kv["case"], kv["side"], kv["round"])] = int(kv["ticks"])
+                    cfg = kv.get("cfg", "base" if kv["side"] == "peer" else "-")
+                    cpu_extra[(kv["case"], kv["side"], cfg, kv["round"])] = int(kv["ticks"])
                 elif what == "fail":
                     failures.append(f"run failed: {rest}")
                 elif what == "check" and " ok " not in f" {rest} ":
@@ -91,7 +105,7 @@ def parse(logs, pool=False):
 
 
 meta = {}
-# CPU ticks (USER_HZ) of the other guest of a two-guest run, by (case, side, round).
+# CPU ticks (USER_HZ) of the other guest of a two-guest run, by (case, side, cfg, round).
 cpu_extra = {}
 
 
@@ -101,7 +115,7 @@ def add_other_guest_cpu(runs):
     for name, sides in runs.items():
         for side, rs in sides.items():
             for r in rs:
-                ticks = cpu_extra.get((name, side, r["round"]))
+                ticks = cpu_extra.get((name, side, r["cfg"], r["round"]))
                 if ticks is not None:
                     r["cpu_us"] = str(float(r["cpu_us"]) + ticks * 10000 / float(r["msgs"]))
 
@@ -175,6 +189,29 @@ def case_op(name):
     return meta.get(name, {}).get("op", "")
 
 
+def lower_is_better(kind):
+    return kind in ("lat", "blklat")
+
+
+def by_cfg(rs):
+    """A side's runs by configuration, in the order first seen."""
+    out = {}
+    for r in rs:
+        out.setdefault(r["cfg"], []).append(r)
+    return out
+
+
+def best_cfg(kind, peer_runs):
+    """The peer's configuration whose median is best, and its runs: what the ULP is compared
+    with, so that the peer runs at its best, not at its defaults."""
+    cfgs = by_cfg(peer_runs)
+    if not cfgs:
+        return None, []
+    pick = min if lower_is_better(kind) else max
+    cfg = pick(cfgs, key=lambda c: statistics.median(float(r["value"]) for r in cfgs[c]))
+    return cfg, cfgs[cfg]
+
+
 def rxe_ceiling(name, floors):
     """What rxe allows for a case, in the case's unit: the lower of its message rate for
     the op (1-byte messages, where bytes cost nothing) and its byte rate for the op (1 MiB
@@ -184,7 +221,7 @@ def rxe_ceiling(name, floors):
     stream of messages is held to the slower of the two limits, not to their sum. The
     message rate includes the cheapest side's own work per message: at small sizes the bound
     is "rxe plus the least a consumer can do", which is what either side can reach. None
-    where no floor applies."""
+    where no floor applies; else (ceiling, which side's which floor set it)."""
     op, kind, size = case_op(name), case_kind(name), case_size(name)
     msg = {"rc_send": "rc_send_1B", "rc_write": "rc_write_1B", "rc_read": "rc_read_1B",
            "ud_send": "ud_send_1B"}.get(op)
@@ -192,12 +229,28 @@ def rxe_ceiling(name, floors):
                 "ud_send": "rc_send_1M"}.get(op)
     if kind not in ("rate", "bw") or msg not in floors or per_byte not in floors or not size:
         return None
-    rate = min(best(floors[msg]), best(floors[per_byte]) * 1e6 / size)
-    return rate if kind == "rate" else rate * size / 1e6
+    by_msg, by_byte = best(floors[msg]), best(floors[per_byte])
+    rate, src = min((by_msg[0], f"{by_msg[1]} {msg}"),
+                    (by_byte[0] * 1e6 / size, f"{by_byte[1]} {per_byte}"))
+    return (rate if kind == "rate" else rate * size / 1e6), src
+
+
+TOOL_NAME = {"ulp": "ULP", "peer": "perftest"}
 
 
 def best(by_tool):
-    return max(by_tool.values())
+    """The best figure of a floor, and whose it is."""
+    tool = max(by_tool, key=by_tool.get)
+    return by_tool[tool], TOOL_NAME.get(tool, tool)
+
+
+def bound_text(share, src):
+    """Whether rxe bounds a case whose faster side reaches `share` of its ceiling."""
+    if share < BOUND_SHARE:
+        return f"no ({share:.0%})"
+    if share > 1 + NOISE:
+        return f"no: above it ({share:.0%})"
+    return f"rxe ({share:.0%} of {src})"
 
 
 SECTION_TITLE = {
@@ -230,6 +283,16 @@ def interval_text(r):
     return f"{r['paired']:.2f} ({i[0]:.2f}-{i[1]:.2f}, {i[2]:.0%})"
 
 
+def cpu_text(r):
+    """The peer's CPU per message: in event mode, with the busy-polling post list's beside it;
+    "(busy)" where perftest has no event mode (WRITE)."""
+    if r["peer_busy_cpu"] is None:
+        return fmt(r["peer_cpu"])
+    if r["peer_cpu_cfg"] != "event":
+        return f"{fmt(r['peer_cpu'])} (busy)"
+    return f"{fmt(r['peer_cpu'])}; {fmt(r['peer_busy_cpu'])}"
+
+
 def rng(s):
     return f"{fmt(s[0])} ({fmt(s[1])}-{fmt(s[2])})" if s else "-"
 
@@ -249,29 +312,54 @@ def main():
     for what, rest, kv in other:
         if what == "floor":
             val = kv.get("msgs_per_s") or kv.get("MB_per_s")
-            floors.setdefault(kv["what"], {})[kv.get("tool", "ulp")] = float(val)
+            tools = floors.setdefault(kv["what"], {})
+            tool = kv.get("tool", "ulp")
+            tools[tool] = max(tools.get(tool, 0.0), float(val))
 
-    rows = []
+    rows, cfg_notes, loss_notes = [], [], []
     for name in order:
         kind = case_kind(name)
-        peer, ulp = stats(runs[name]["peer"]), stats(runs[name]["ulp"])
+        cfg, peer_runs = best_cfg(kind, runs[name]["peer"])
+        cfgs = by_cfg(runs[name]["peer"])
+        peer, ulp = stats(peer_runs), stats(runs[name]["ulp"])
         ratio = ulp[0] / peer[0] if peer and ulp and peer[0] else None
-        ratios = paired(runs[name])
+        ratios = paired({"peer": peer_runs, "ulp": runs[name]["ulp"]})
         interval = median_interval(ratios)
-        pcpu, ucpu = stats(runs[name]["peer"], "cpu_us"), stats(runs[name]["ulp"], "cpu_us")
-        p99p, p99u = stats(runs[name]["peer"], "p99"), stats(runs[name]["ulp"], "p99")
+        # CPU: against the peer in event mode, which sleeps as the ULP does; the busy-polling
+        # figure (the post list's) beside it.
+        cpu_cfg = "event" if "event" in cfgs else cfg
+        pcpu = stats(cfgs.get(cpu_cfg, []), "cpu_us")
+        busy = stats(cfgs["list"], "cpu_us") if "list" in cfgs else None
+        ucpu = stats(runs[name]["ulp"], "cpu_us")
+        p99p, p99u = stats(peer_runs, "p99"), stats(runs[name]["ulp"], "p99")
         ceiling = rxe_ceiling(name, floors)
         bound = "-"
         if ceiling and peer and ulp:
-            share = max(peer[0], ulp[0]) / ceiling
-            bound = f"rxe ({share:.0%})" if share >= BOUND_SHARE else f"no ({share:.0%})"
+            bound = bound_text(max(peer[0], ulp[0]) / ceiling[0], ceiling[1])
+        if len(cfgs) > 1:
+            cfg_notes.append(f"{name}: " + "; ".join(
+                f"{(PEER_TOOL.get(case_op(name), '?') + ' ' + CFG_ARGS.get(c, c)).strip()} "
+                f"{fmt(statistics.median(float(r['value']) for r in rs))}"
+                + (" (best)" if c == cfg else "") for c, rs in cfgs.items()))
+        if case_op(name) == "ud_send":
+            for side, rs in (("ULP", runs[name]["ulp"]), ("perftest", peer_runs)):
+                lost = sum(int(r.get("lost", "0")) for r in rs)
+                got = sum(int(r["msgs"]) for r in rs)
+                if got + lost:
+                    loss_notes.append(f"{name}: {side} lost {lost:,} of {got + lost:,} datagrams "
+                                      f"({lost / (got + lost):.2%}) over {len(rs)} timed runs")
+        label = PEER_TOOL.get(case_op(name), "?")
+        if cfg and CFG_ARGS.get(cfg):
+            label += " " + CFG_ARGS[cfg]
         rows.append({
             "case": name, "kind": kind, "unit": KIND_UNIT[kind],
-            "size": case_size(name), "peer": PEER_TOOL.get(case_op(name), "?"),
+            "size": case_size(name), "peer": label,
             "peer_s": peer, "ulp_s": ulp, "ratio": ratio,
             "peer_cpu": pcpu[0] if pcpu else None, "ulp_cpu": ucpu[0] if ucpu else None,
+            "peer_busy_cpu": busy[0] if busy else None, "peer_cpu_cfg": cpu_cfg,
             "peer_p99": p99p[0] if p99p else None, "ulp_p99": p99u[0] if p99u else None,
-            "ceiling": ceiling, "bound": bound, "rounds": len(runs[name]["ulp"]),
+            "ceiling": ceiling[0] if ceiling else None, "bound": bound,
+            "rounds": len(runs[name]["ulp"]),
             "paired": statistics.median(ratios) if ratios else None, "interval": interval,
             "verdict": verdict(kind, interval),
         })
@@ -279,7 +367,7 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     head = ["case", "unit", "peer", "peer figure (median, min-max)",
             "ULP figure (median, min-max)", "ratio ULP/peer", "rounds' ratios (median, interval)",
-            "verdict", "CPU us/msg peer", "CPU us/msg ULP", "rxe bound"]
+            "verdict", "CPU us/msg peer (-e; busy)", "CPU us/msg ULP", "rxe bound"]
     table = [head]
     for r in sorted(rows, key=lambda r: section(r["case"])):
         peer_fig, ulp_fig = rng(r["peer_s"]), rng(r["ulp_s"])
@@ -288,7 +376,8 @@ def main():
             ulp_fig += f" p99 {fmt(r['ulp_p99'])}"
         table.append([r["case"], r["unit"], r["peer"], peer_fig, ulp_fig,
                       f"{r['ratio']:.2f}" if r["ratio"] else "-", interval_text(r),
-                      r["verdict"], fmt(r["peer_cpu"]), fmt(r["ulp_cpu"]), r["bound"]])
+                      r["verdict"], cpu_text(r),
+                      fmt(r["ulp_cpu"]), r["bound"]])
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     head_lines = [" | ".join(c.ljust(w) for c, w in zip(head, widths)).rstrip(),
                   "-+-".join("-" * w for w in widths)]
@@ -304,12 +393,28 @@ def main():
                  "rounds' ratios ULP/peer, and the interval that holds the true median with the "
                  "probability given (sign test). The verdict names a side only when the interval "
                  f"reaches {COVERAGE:.0%} and stays on one side of 1 (fewer than 6 rounds "
-                 "cannot: -); \"tie\" means the rounds do not resolve a difference.")
+                 "cannot: -); \"tie\" means the rounds do not resolve a difference. The peer "
+                 "column names perftest's best configuration of the case (of its defaults, "
+                 "a post list of 8, and a post list with -e), the one the ratios are against; "
+                 "CPU per message: the peer in event mode (-e), which sleeps on CQ events as "
+                 "the ULP does, then busy-polling with the post list; each side's fixed costs "
+                 "(a 16-message run of the same side) subtracted.")
+    if cfg_notes:
+        lines.append("")
+        lines.append("The peer's configurations (medians):")
+        lines += [f"  {n}" for n in cfg_notes]
+    if loss_notes:
+        lines.append("")
+        lines.append("UD losses (the figures count the datagrams that arrived; perftest's "
+                     "receiver fails its run on a loss):")
+        lines += [f"  {n}" for n in loss_notes]
     if floors:
         lines.append("")
         lines.append("What rxe allows (same boot; a case is bounded when the faster side "
-                     f"reaches {BOUND_SHARE:.0%} of the lower of its op's two limits at its size), "
-                     "message rate at 1 B and byte rate at 1 MiB, ULP / perftest:")
+                     f"reaches {BOUND_SHARE:.0%} of the lower of its op's two limits at its size "
+                     f"and is not more than the noise ({NOISE:.0%}) above it: then the limit was "
+                     "not rxe's; the column names whose floor set the limit), message rate at "
+                     "1 B and byte rate at 1 MiB, ULP / perftest (the better of its configurations):")
         for k, by_tool in floors.items():
             unit = " MB/s" if k.endswith("1M") else " msgs/s"
             lines.append(f"  {k}: " + " / ".join(
@@ -332,13 +437,14 @@ def main():
         w.writerow(["case", "kind", "unit", "size", "peer", "rounds",
                     "peer_median", "peer_min", "peer_max", "ulp_median", "ulp_min", "ulp_max",
                     "ratio_ulp_peer", "round_ratio_median", "round_ratio_low",
-                    "round_ratio_high", "round_ratio_coverage", "verdict", "peer_cpu_us_per_msg", "ulp_cpu_us_per_msg",
+                    "round_ratio_high", "round_ratio_coverage", "verdict", "peer_cpu_us_per_msg",
+                    "peer_busy_cpu_us_per_msg", "ulp_cpu_us_per_msg",
                     "peer_p99", "ulp_p99", "rxe_ceiling", "rxe_bound"])
         for r in rows:
             p, u = r["peer_s"] or (None,) * 3, r["ulp_s"] or (None,) * 3
             w.writerow([r["case"], r["kind"], r["unit"], r["size"], r["peer"], r["rounds"],
                         *p, *u, r["ratio"], r["paired"], *(r["interval"] or (None,) * 3),
-                        r["verdict"], r["peer_cpu"], r["ulp_cpu"],
+                        r["verdict"], r["peer_cpu"], r["peer_busy_cpu"] or "", r["ulp_cpu"],
                         r["peer_p99"] if r["kind"] in ("lat", "blklat") else "",
                         r["ulp_p99"] if r["kind"] in ("lat", "blklat") else "",
                         r["ceiling"] or "", r["bound"]])

@@ -5,7 +5,8 @@
 # the bench guest on the same rxe0 (loopback), with the same tool on both disks:
 #
 #   peer: nvmet with the RDMA transport, a namespace on a RAM disk (brd) of the
-#         volume's size, and the nvme-rdma host (`nvme connect`): /dev/nvme0n1;
+#         volume's size, every block written before timing (blkb_prewrite), and
+#         the nvme-rdma host (`nvme connect`): /dev/nvme0n1;
 #   ULP:  rdma_rust_blk exporting a RAM volume of that size, and its initiator:
 #         /dev/rrbd0;
 #
@@ -38,11 +39,32 @@ blk_read_128k_qd8 bw read 128k 8
 blk_write_128k_qd8 bw write 128k 8
 "
 
+# mem_free_kib: MemFree of /proc/meminfo.
+mem_free_kib() { awk '/^MemFree:/ { print $2 }' /proc/meminfo; }
+# blkb_prewrite DEV: every block of the RAM disk written once (fio, O_DIRECT),
+# before anything is timed: brd allocates a page on the first write to it and
+# reads zeros from one never written, where rdma_rust_blk's volume is
+# allocated whole at export; both targets then serve the same kind of
+# memory. Says how much memory the disk took; fails if it took less than the
+# disk's size.
+blkb_prewrite() {
+	local before after
+	before=$(mem_free_kib)
+	/usr/bin/fio --name=prewrite --filename=/dev/$1 --direct=1 --ioengine=libaio --rw=write \
+		--bs=1m --iodepth=4 --size=${BLKB_MB}m --thread --output=/tmp/fio.prewrite > /dev/null 2>&1 ||
+		{ cat /tmp/fio.prewrite >&2; return 1; }
+	after=$(mem_free_kib)
+	bench_say "note blk: brd prewritten before timing: MemFree went down by $(( (before - after) / 1024 )) MiB for a $BLKB_MB MiB disk"
+	[ $((before - after)) -ge $((BLKB_MB * 1024 * 9 / 10)) ] ||
+		{ echo "brd took $(( (before - after) / 1024 )) MiB for $BLKB_MB MiB: not preallocated" >&2; return 1; }
+}
+
 # blkb_nvme_up: an NVMe-oF target on rxe0's address with a brd namespace, and
 # the nvme-rdma host connected to it; prints the disk's name.
 blkb_nvme_up() {
 	local p=$NVMET/ports/1 s=$NVMET/subsystems/$BLKB_NQN id d
 	modprobe brd rd_nr=1 rd_size=$((BLKB_MB * 1024)) max_part=0 || return 1
+	blkb_prewrite ram0 || return 1
 	modprobe nvmet-rdma && modprobe nvme-rdma || return 1
 	[ -d $NVMET ] || mount -t configfs none /sys/kernel/config || return 1
 	mkdir $s && echo 1 > $s/attr_allow_any_host && mkdir $s/namespaces/1 &&
@@ -238,7 +260,7 @@ bench_blk() {
 	rdma_resources_but_pool > /tmp/blkb-res
 	nvme=$(blkb_nvme_up) || { bench_say "fail case=blk_setup side=peer round=0 (nvme-rdma)"; return 1; }
 	rrbd=$(blkb_rrbd_up) || { bench_say "fail case=blk_setup side=ulp round=0 (rdma_rust_blk)"; blkb_nvme_down; return 1; }
-	bench_say "note blk: peer /dev/$nvme (nvmet-rdma, brd namespace, nvme-rdma host), ulp /dev/$rrbd; $BLKB_MB MiB each, $BLKB_QUEUES queues of depth $BLKB_DEPTH; fio $(/usr/bin/fio --version) libaio O_DIRECT"
+	bench_say "note blk: peer /dev/$nvme (nvmet-rdma, brd namespace prewritten, nvme-rdma host), ulp /dev/$rrbd; $BLKB_MB MiB each, $BLKB_QUEUES queues of depth $BLKB_DEPTH; fio $(/usr/bin/fio --version) libaio O_DIRECT"
 	blkb_compare "$nvme" "$rrbd"
 	blkb_rrbd_down
 	blkb_nvme_down

@@ -29,6 +29,18 @@ cpu_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8; exit }' /proc/stat; }
 per_s() { awk -v m="$1" -v us="$2" 'BEGIN { printf "%.0f", m * 1e6 / (us > 0 ? us : 1) }'; }
 # bench_sides N: both sides in the order of run N (odd: the peer first).
 bench_sides() { if [ $(($1 % 2)) = 1 ]; then echo peer ulp; else echo ulp peer; fi; }
+# side_cfgs KIND OP N: the runs of round N of a case, in order, as SIDE:CFG
+# (the ULP's configuration is "-"; the peer's, peer_cfgs').
+side_cfgs() {
+	local side cfg
+	for side in $(bench_sides "$3"); do
+		if [ $side = ulp ]; then
+			echo ulp:-
+		else
+			for cfg in $(peer_cfgs "$1" "$2"); do echo peer:$cfg; done
+		fi
+	done
+}
 # Every server of a run (perftest's TCP exchange, rdma_cm listeners) gets a port
 # of its own; taken in the caller's shell, not in a $(...) subshell.
 BENCH_PORT=20000
@@ -41,7 +53,7 @@ tcp_listening() {
 # The case's message count: about $BENCH_BYTES bytes, within [MIN, MAX]
 # messages. Quick mode (a check that every case runs, no figure): at most 300
 # messages and 8 MiB, but 16 at least; the minimum of 200 made 200 MiB of the
-# 1 MiB cases, 50 s a side on the test kernel.
+# 1 MiB cases, 50 s a side on the test kernel. Rounded down to a multiple of 8.
 bench_count() {
 	local size=$1 min=${2:-200} max=${3:-20000} n quick
 	n=$((BENCH_BYTES / size))
@@ -53,28 +65,64 @@ bench_count() {
 		[ "$quick" -ge 16 ] || quick=16
 		[ "$n" -le "$quick" ] || n=$quick
 	fi
-	echo "$n"
+	# A multiple of perftest's post list (it refuses any other count).
+	echo $((n / PEER_LIST * PEER_LIST))
 }
 # The queue depth of both sides: deep for small messages, shallower for
 # large ones (the ULP keeps 2 x depth receive buffers of the message size).
 bench_depth() { if [ "$1" -le 65536 ]; then echo 32; else echo 8; fi; }
 
 # --- the peer: perftest and rping ----------------------------------------------
+# The peer's configurations in the throughput cases, the ratio taken against
+# the better one (bench_report.py), so that the ULP is compared with perftest
+# at its best, not at its defaults:
+#   base   perftest's defaults: it busy-polls, and moderates its completions
+#          already (one per 100 requests, capped at the depth);
+#   list   --post_list 8: 8 requests a post, as the ULP chains its SENDs and
+#          WRITEs (-Q 8 beside it was no faster: 40,658 and 37,343 msgs/s
+#          against 48,285 and 40,702 without, 64 B SENDs, same boot);
+#   event  --post_list 8 and -e: it sleeps on CQ events, as the ULP's softirq
+#          handlers let it; the CPU per message is compared with this one.
+#          Not for WRITE: perftest 4.5 has no event mode there ("Events
+#          feature not available on WRITE verb"), and the WRITE cases compare
+#          the CPU with the busy-polling list.
+# On 2 vCPUs the event mode was often the fastest too (64 B SENDs, one boot:
+# 62,387 msgs/s with -e against 26,597 busy-polling), as a spinning process
+# takes a CPU from rxe's own tasks.
+PEER_LIST=8
+# peer_cfgs KIND OP: the peer's configurations of a case.
+peer_cfgs() {
+	case $1:$2 in
+	rate:*write | bw:*write) echo "base list" ;;
+	rate:* | bw:*) echo "base list event" ;;
+	*) echo base ;;
+	esac
+}
+# peer_cfg_args CFG: perftest's arguments for CFG (-e is perf_run's, below).
+peer_cfg_args() { case $1 in list | event) echo "-l $PEER_LIST" ;; esac; }
+
 # perf_run TOOL PORT SIZE COUNT DEPTH [ARGS...]: a perftest server and client
 # on rxe0; prints "MSGS_PER_S MB_PER_S" (bw tools: perftest's MsgRate, and its
 # average BW in MiB/s as 10^6 bytes/s) or "P50 P99" in us (lat tools), and
-# logs the client's result line.
+# logs the result line it took. PERF_EVENTS=1: -e on the client, and on the
+# server of ib_send_bw, the only one that polls (the server of ib_write_bw and
+# ib_read_bw refuses -e). PERF_RECEIVER=1: the figures of the receiving side
+# (UD: what arrived). A result of 0 fails: it is no figure.
 perf_run() {
-	local tool=$1 port=$2 size=$3 n=$4 depth=$5
+	local tool=$1 port=$2 size=$3 n=$4 depth=$5 cev= sev=
 	shift 5
 	local common="-d rxe0 -s $size -n $n -F -p $port"
 	case $tool in
 	*_bw) common="$common -t $depth" ;;
 	esac
-	timeout 300 /usr/bin/$tool $common "$@" > /tmp/perf-s 2>&1 &
+	if [ -n "${PERF_EVENTS:-}" ]; then
+		cev=-e
+		[ "$tool" != ib_send_bw ] || sev=-e
+	fi
+	timeout 300 /usr/bin/$tool $common $sev "$@" > /tmp/perf-s 2>&1 &
 	local spid=$!
-	wait_for 20 tcp_listening "$port" || { kill $spid 2> /dev/null; echo "server did not listen" >&2; return 1; }
-	timeout 300 /usr/bin/$tool $common "$@" 127.0.0.1 > /tmp/perf-c 2>&1
+	wait_for 20 tcp_listening "$port" || { kill $spid 2> /dev/null; cat /tmp/perf-s >&2; echo "server did not listen" >&2; return 1; }
+	timeout 300 /usr/bin/$tool $common $cev "$@" 127.0.0.1 > /tmp/perf-c 2>&1
 	local crc=$?
 	wait $spid
 	local src=$?
@@ -86,7 +134,8 @@ perf_run() {
 	# (256 x 256 KiB), where its server, the receiver, has the figures.
 	local f=/tmp/perf-c
 	awk '/MsgRate/ { getline; exit !($5 == 0) }' $f && f=/tmp/perf-s
-	bench_say "note $tool $* ($([ $f = /tmp/perf-c ] && echo client || echo server)): $(awk '/#bytes/ { getline; print; exit }' $f)"
+	[ -z "${PERF_RECEIVER:-}" ] || f=/tmp/perf-s
+	bench_say "note $tool $cev $* ($([ $f = /tmp/perf-c ] && echo client || echo server)): $(awk '/#bytes/ { getline; print; exit }' $f)"
 	case $tool in
 	*_lat)
 		# #bytes #iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%
@@ -94,7 +143,7 @@ perf_run() {
 	*)
 		# #bytes #iterations BW_peak BW_average MsgRate[Mpps]
 		awk '/MsgRate/ { getline; printf "%.0f %.2f\n", $5 * 1e6, $4 * 1.048576; exit }' $f ;;
-	esac
+	esac | awk '$1 + 0 > 0 { print; ok = 1 } END { if (!ok) { print "perftest reported no figure, or 0" > "/dev/stderr"; exit 1 } }'
 }
 
 # rping_time PORT SIZE COUNT [-V]: rping server and client over rdma_cm;
@@ -120,13 +169,14 @@ rping_time() {
 
 # --- the ULP -------------------------------------------------------------------------
 # ulp_timed KEY=VALUE...: one unvalidated run to its end; prints "MESSAGES
-# ELAPSED_US P50_US P99_US" from its row of the stats table.
+# ELAPSED_US P50_US P99_US RECEIVED LOST" from its row of the stats table.
 ulp_timed() {
 	ulp_ctl start dev=rxe0 validate=0 wait=1 "$@" || return 1
 	local id
 	id=$(ulp_last_id)
 	[ "$(ulp_stat "$id" errors)" = 0 ] || { ulp_row "$id" >&2; return 1; }
-	echo "$(ulp_stat "$id" messages) $(ulp_stat "$id" elapsed_us) $(ulp_stat "$id" lat_p50_us) $(ulp_stat "$id" lat_p99_us)"
+	echo "$(ulp_stat "$id" messages) $(ulp_stat "$id" elapsed_us) $(ulp_stat "$id" lat_p50_us)" \
+		"$(ulp_stat "$id" lat_p99_us) $(ulp_stat "$id" received) $(ulp_stat "$id" lost)"
 }
 
 # ulp_rping_time PORT SIZE COUNT [validate=1]: the ULP's rping-protocol
@@ -205,43 +255,85 @@ ulp_args() {
 	esac
 }
 
-# bench_one CASE KIND OP SIZE SIDE ROUND: one timed run; prints its line.
-bench_one() {
-	local case=$1 kind=$2 op=$3 size=$4 side=$5 round=$6
-	local depth n c0 c1 out value p99=0 msgs
-	depth=$(bench_depth "$size")
-	case $kind in
-	lat) n=$(bench_count 64 2000 "${BENCH_LAT_COUNT:-5000}") ;;
-	rt) n=$(bench_count 64 200 "${BENCH_RT_COUNT:-3000}") ;;
-	*) n=$(bench_count "$size") ;;
+# bench_n KIND SIZE: the messages of a timed run of a case.
+bench_n() {
+	case $1 in
+	lat) bench_count 64 2000 "${BENCH_LAT_COUNT:-5000}" ;;
+	rt) bench_count 64 200 "${BENCH_RT_COUNT:-3000}" ;;
+	*) bench_count "$2" ;;
 	esac
-	next_port
-	local port=$BENCH_PORT
-	c0=$(cpu_ticks)
-	if [ "$side" = peer ]; then
+}
+
+# bench_exec OP SIZE SIDE CFG N PORT: one run of N messages by SIDE (the peer
+# in configuration CFG); prints what its tool reported (perf_run's, rping's
+# wall time in ms, ulp_timed's).
+bench_exec() {
+	local op=$1 size=$2 side=$3 cfg=$4 n=$5 port=$6 depth ev=
+	depth=$(bench_depth "$size")
+	if [ "$side" = ulp ]; then
 		case $op in
-		rc_send) out=$(perf_run ib_send_bw $port "$size" "$n" "$depth" -r $((2 * depth))) ;;
-		# perftest's UD receiver waits for every datagram and fails when rxe
-		# drops one (no receive posted in time): it keeps 512 posted; the
-		# ULP keeps 2 x depth and counts its losses. Both report the sender.
-		ud_send) out=$(perf_run ib_send_bw $port "$size" "$n" "$depth" -r 512 -c UD) ;;
-		rc_write) out=$(perf_run ib_write_bw $port "$size" "$n" "$depth") ;;
-		rc_read) out=$(perf_run ib_read_bw $port "$size" "$n" "$depth" -o "$depth") ;;
-		lat_send) out=$(perf_run ib_send_lat $port "$size" "$n" 1) ;;
-		lat_write) out=$(perf_run ib_write_lat $port "$size" "$n" 1) ;;
-		rping) out=$(rping_time $port "$size" "$n") ;;
+		rping) ulp_rping_time $port "$size" "$n" ;;
+		*) ulp_timed $(ulp_args "$op" "$size" "$depth") count="$n" ;;
 		esac
-	else
-		case $op in
-		rping) out=$(ulp_rping_time $port "$size" "$n") ;;
-		*) out=$(ulp_timed $(ulp_args "$op" "$size" "$depth") count="$n") ;;
-		esac
+		return
 	fi
+	[ "$cfg" != event ] || ev=1
+	case $op in
+	rc_send) PERF_EVENTS=$ev perf_run ib_send_bw $port "$size" "$n" "$depth" -r $((2 * depth)) $(peer_cfg_args $cfg) ;;
+	# perftest's UD receiver waits for every datagram and fails when rxe
+	# drops one (no receive posted in time): it keeps 512 posted; the ULP
+	# keeps 2 x depth and counts its losses. Both report what arrived.
+	ud_send) PERF_EVENTS=$ev PERF_RECEIVER=1 perf_run ib_send_bw $port "$size" "$n" "$depth" -r 512 -c UD $(peer_cfg_args $cfg) ;;
+	rc_write) PERF_EVENTS=$ev perf_run ib_write_bw $port "$size" "$n" "$depth" $(peer_cfg_args $cfg) ;;
+	rc_read) PERF_EVENTS=$ev perf_run ib_read_bw $port "$size" "$n" "$depth" -o "$depth" $(peer_cfg_args $cfg) ;;
+	lat_send) perf_run ib_send_lat $port "$size" "$n" 1 ;;
+	lat_write) perf_run ib_write_lat $port "$size" "$n" 1 ;;
+	rping) rping_time $port "$size" "$n" ;;
+	esac
+}
+
+# What a side costs before and after its messages (the peer's process
+# start-up, perftest's TCP exchange, both sides' QPs and buffers) stays out
+# of its figures: perftest times its own loop and the ULP its messages, and
+# the CPU per message and rping's round trips are taken over the messages
+# past a run of BENCH_FIXED_N of the same side and configuration, before the
+# rounds. (perftest's start-up alone was 540 ms of CPU under TCG, 27 us a
+# message of a 20,000-message run; the ULP's, 20-30 ms.) Quick mode, which
+# gives no figure, runs too few messages for the difference to mean
+# anything, and measures no fixed cost.
+BENCH_FIXED_N=16
+# bench_fixed CASE OP SIZE SIDE CFG: that run; keeps "TICKS MS" (MS: rping's
+# wall time) in /tmp/fixed-CASE-SIDE-CFG.
+bench_fixed() {
+	local case=$1 op=$2 size=$3 side=$4 cfg=$5 c0 out ms=0
+	next_port
+	c0=$(cpu_ticks)
+	out=$(bench_exec "$op" "$size" "$side" "$cfg" $BENCH_FIXED_N $BENCH_PORT) || {
+		bench_say "fail case=$case side=$side cfg=$cfg round=0 (the $BENCH_FIXED_N-message run of the fixed costs)"
+		return 1
+	}
+	[ "$op" != rping ] || ms=$out
+	echo "$(( $(cpu_ticks) - c0 )) $ms" > /tmp/fixed-$case-$side-$cfg
+	bench_say "fixed case=$case side=$side cfg=$cfg msgs=$BENCH_FIXED_N ticks=$(( $(cpu_ticks) - c0 )) ms=$ms"
+}
+
+# bench_one CASE KIND OP SIZE SIDE CFG ROUND: one timed run; prints its line.
+bench_one() {
+	local case=$1 kind=$2 op=$3 size=$4 side=$5 cfg=$6 round=$7
+	local n c0 c1 out value p99=0 msgs lost=0 fixed_t=0 fixed_ms=0 fixed_n=0
+	n=$(bench_n "$kind" "$size")
+	next_port
+	c0=$(cpu_ticks)
+	out=$(bench_exec "$op" "$size" "$side" "$cfg" "$n" $BENCH_PORT)
 	local rc=$?
 	c1=$(cpu_ticks)
 	if [ $rc != 0 ] || [ -z "$out" ]; then
-		bench_say "fail case=$case side=$side round=$round"
+		bench_say "fail case=$case side=$side cfg=$cfg round=$round"
 		return 1
+	fi
+	if [ -f /tmp/fixed-$case-$side-$cfg ]; then
+		read -r fixed_t fixed_ms < /tmp/fixed-$case-$side-$cfg
+		fixed_n=$BENCH_FIXED_N
 	fi
 	msgs=$n
 	set -- $out
@@ -249,16 +341,28 @@ bench_one() {
 	peer:rate) value=$1 ;;
 	peer:bw) value=$2 ;;
 	peer:lat) value=$1; p99=$2 ;;
-	*:rt) value=$(awk -v n="$n" -v ms="$1" 'BEGIN { printf "%.1f", n * 1000 / (ms > 0 ? ms : 1) }') ;;
-	ulp:rate) msgs=$1; value=$(per_s "$1" "$2") ;;
-	ulp:bw) msgs=$1; value=$(awk -v m="$1" -v us="$2" -v s="$size" 'BEGIN { printf "%.2f", m * s / us }') ;;
+	# Round trips past the fixed run's, over the time past its time.
+	*:rt) msgs=$((n - fixed_n))
+		value=$(awk -v n=$msgs -v ms=$(($1 - fixed_ms)) 'BEGIN { printf "%.1f", (ms > 0 ? n * 1000 / ms : 0) }') ;;
+	# UD: the datagrams that arrived, over the sender's time.
+	ulp:rate) msgs=$1; [ "$op" != ud_send ] || { msgs=$5; lost=$6; }
+		value=$(per_s "$msgs" "$2") ;;
+	ulp:bw) msgs=$1; [ "$op" != ud_send ] || { msgs=$5; lost=$6; }
+		value=$(awk -v m="$msgs" -v us="$2" -v s="$size" 'BEGIN { printf "%.2f", m * s / us }') ;;
 	# The ULP measures round trips; perftest reports half of one.
 	ulp:lat) msgs=$1; value=$(awk -v us="$3" 'BEGIN { printf "%.2f", us / 2 }')
 		p99=$(awk -v us="$4" 'BEGIN { printf "%.2f", us / 2 }') ;;
 	esac
-	local cpu
-	cpu=$(awk -v t=$((c1 - c0)) -v m="$msgs" 'BEGIN { printf "%.2f", t * 10000 / (m > 0 ? m : 1) }')
-	bench_say "run case=$case side=$side round=$round value=$value p99=$p99 msgs=$msgs cpu_us=$cpu"
+	if ! awk -v v="$value" 'BEGIN { exit !(v + 0 > 0) }'; then
+		bench_say "fail case=$case side=$side cfg=$cfg round=$round (a figure of 0: $out)"
+		return 1
+	fi
+	local cpu t=$((c1 - c0 - fixed_t)) m=$msgs
+	# rt's msgs are already past the fixed run's.
+	[ "$kind" = rt ] || m=$((msgs - fixed_n))
+	[ "$t" -ge 0 ] || t=0
+	cpu=$(awk -v t=$t -v m="$m" 'BEGIN { printf "%.2f", t * 10000 / (m > 0 ? m : 1) }')
+	bench_say "run case=$case side=$side cfg=$cfg round=$round value=$value p99=$p99 msgs=$msgs lost=$lost cpu_us=$cpu"
 }
 
 # bench_check CASE KIND OP SIZE: the case's validated run, before timing.
@@ -318,38 +422,45 @@ bench_alloc() {
 
 # What rxe costs by itself, measured by both sides at their cheapest: the
 # message rate of 1-byte messages of each op (64 deep; the ULP in batches of
-# 8), where the bytes cost nothing, and the byte rate of 1 MiB messages of each
-# RC op, where the per-message work is negligible against the bytes. The
-# report takes the better side's figure of each as what rxe allows.
+# 8, perftest busy-polling and in event mode, with a post list of 8), where
+# the bytes cost nothing, and the byte rate of 1 MiB messages of each RC op,
+# where the per-message work is negligible against the bytes. The report
+# takes the best figure of each, and says whose it is, as what rxe allows.
 bench_floor() {
-	local op out n args
+	local op out n tool depth args cfg
 	n=$(bench_count 1 2000 40000)
 	for op in "rc send" "rc write" "rc read" "ud send"; do
 		set -- $op
 		out=$(ulp_timed mode=$1 op=$2 size=1 depth=64 batch=8 count="$n") &&
 			bench_say "floor what=${1}_${2}_1B tool=ulp msgs_per_s=$(set -- $out; per_s "$1" "$2")"
-		next_port
 		case $op in
-		"rc send") args="ib_send_bw $BENCH_PORT 1 $n 64 -r 128" ;;
-		"rc write") args="ib_write_bw $BENCH_PORT 1 $n 64" ;;
-		"rc read") args="ib_read_bw $BENCH_PORT 1 $n 32 -o 32" ;;
-		"ud send") args="ib_send_bw $BENCH_PORT 1 $n 64 -r 512 -c UD" ;;
+		"rc send") tool=ib_send_bw depth=64 args="-r 128" ;;
+		"rc write") tool=ib_write_bw depth=64 args= ;;
+		"rc read") tool=ib_read_bw depth=32 args="-o 32" ;;
+		"ud send") tool=ib_send_bw depth=64 args="-r 512 -c UD" ;;
 		esac
-		out=$(perf_run $args) &&
-			bench_say "floor what=${1}_${2}_1B tool=peer msgs_per_s=${out%% *}"
+		for cfg in list event; do
+			[ "$cfg:$tool" != event:ib_write_bw ] || continue
+			next_port
+			out=$(PERF_EVENTS=$([ $cfg = event ] && echo 1) perf_run $tool $BENCH_PORT 1 "$n" $depth $args $(peer_cfg_args $cfg)) &&
+				bench_say "floor what=${1}_${2}_1B tool=peer cfg=$cfg msgs_per_s=${out%% *}"
+		done
 	done
 	n=$(bench_count 1048576 16 256)
 	for op in send write read; do
 		out=$(ulp_timed mode=rc op=$op size=1m depth=8 count="$n") &&
 			bench_say "floor what=rc_${op}_1M tool=ulp MB_per_s=$(set -- $out; awk -v m="$1" -v us="$2" 'BEGIN { printf "%.1f", m * 1048576 / us }')"
-		next_port
 		case $op in
 		send) args="-r 16" ;;
 		write) args= ;;
 		read) args="-o 8" ;;
 		esac
-		out=$(perf_run ib_${op}_bw $BENCH_PORT 1048576 "$n" 8 $args) &&
-			bench_say "floor what=rc_${op}_1M tool=peer MB_per_s=${out#* }"
+		for cfg in base event; do
+			[ "$cfg:$op" != event:write ] || continue
+			next_port
+			out=$(PERF_EVENTS=$([ $cfg = event ] && echo 1) perf_run ib_${op}_bw $BENCH_PORT 1048576 "$n" 8 $args) &&
+				bench_say "floor what=rc_${op}_1M tool=peer cfg=$cfg MB_per_s=${out#* }"
+		done
 	done
 }
 
@@ -393,16 +504,23 @@ mode_bench() {
 		bench_check "$c" "$k" "$o" "$s" < /dev/null
 		ulp_ctl clear
 	done < /tmp/bench-cases
+	local rep reps cfg sc
+	[ -n "$BENCH_QUICK" ] || while read -r c k o s; do
+		bench_fixed "$c" "$o" "$s" ulp - < /dev/null
+		for cfg in $(peer_cfgs "$k" "$o"); do
+			bench_fixed "$c" "$o" "$s" peer $cfg < /dev/null
+		done
+		ulp_ctl clear
+	done < /tmp/bench-cases
 	# A latency run takes a second and its p50 moves by a third from run to
 	# run under TCG: those cases take BENCH_LAT_REPS (3) pairs per round.
-	local rep reps side
 	for r in $(seq 1 "$BENCH_ROUNDS"); do
 		while read -r c k o s; do
 			reps=1
 			[ "$k" != lat ] || reps=$LAT_REPS
 			for rep in $(seq 1 "$reps"); do
-				for side in $(bench_sides $((r + rep - 1))); do
-					bench_one "$c" "$k" "$o" "$s" $side "$r" < /dev/null
+				for sc in $(side_cfgs "$k" "$o" $((r + rep - 1))); do
+					bench_one "$c" "$k" "$o" "$s" ${sc%%:*} ${sc#*:} "$r" < /dev/null
 				done
 			done
 			ulp_ctl clear
@@ -447,13 +565,15 @@ cross_tool() {
 	esac
 }
 
-# cross_a CASE OP SIZE SIDE ROUND N DEPTH: a's part of one run.
+# cross_a CASE OP SIZE SIDE CFG ROUND N DEPTH: a's part of one run.
 cross_a() {
-	local case=$1 op=$2 size=$3 side=$4 round=$5 n=$6 depth=$7 p=$XPORT c0 id ea word
+	local case=$1 op=$2 size=$3 side=$4 cfg=$5 round=$6 n=$7 depth=$8 p=$XPORT c0 id ea word ev=
 	c0=$(cpu_ticks)
 	if [ "$side" = peer ]; then
 		set -- $(cross_tool "$op" "$depth")
-		timeout 300 /usr/bin/$1 -d rxe0 -s "$size" -n "$n" -t "$depth" -F -p "$p" $2 $3 > /tmp/perf-s 2>&1 &
+		# As perf_run: -e on ib_send_bw's server, the only one that polls.
+		[ "$cfg" != event ] || [ "$1" != ib_send_bw ] || ev=-e
+		timeout 300 /usr/bin/$1 -d rxe0 -s "$size" -n "$n" -t "$depth" -F -p "$p" $2 $3 $ev $(peer_cfg_args "$cfg") > /tmp/perf-s 2>&1 &
 		local spid=$!
 		word=go
 		wait_for 20 tcp_listening "$p" || word=fail
@@ -477,19 +597,21 @@ cross_a() {
 		nc_recv $((p + 4)) > /dev/null
 		[ -z "$id" ] || ulp_ctl stop id="$id"
 	fi
-	bench_say "cpu case=$case side=$side round=$round host=a ticks=$(( $(cpu_ticks) - c0 ))"
+	bench_say "cpu case=$case side=$side cfg=$cfg round=$round host=a ticks=$(( $(cpu_ticks) - c0 ))"
 }
 
-# cross_b CASE OP SIZE SIDE ROUND N DEPTH: b's part; prints the run line.
+# cross_b CASE OP SIZE SIDE CFG ROUND N DEPTH: b's part; prints the run line.
 cross_b() {
-	local case=$1 op=$2 size=$3 side=$4 round=$5 n=$6 depth=$7 p=$XPORT c0 out= id= eb r
+	local case=$1 op=$2 size=$3 side=$4 cfg=$5 round=$6 n=$7 depth=$8 p=$XPORT c0 out= id= eb r ev=
 	c0=$(cpu_ticks)
 	if [ "$side" = peer ]; then
 		set -- $(cross_tool "$op" "$depth")
+		[ "$cfg" != event ] || ev=-e
 		if [ "$(nc_recv $((p + 1)))" = go ] &&
-			timeout 300 /usr/bin/$1 -d rxe0 -s "$size" -n "$n" -t "$depth" -F -p "$p" $2 $3 10.88.0.1 > /tmp/perf-c 2>&1; then
-			bench_say "note $1 between the guests: $(awk '/#bytes/ { getline; print; exit }' /tmp/perf-c)"
-			out=$(awk '/MsgRate/ { getline; printf "%.2f", $4 * 1.048576; exit }' /tmp/perf-c)
+			timeout 300 /usr/bin/$1 -d rxe0 -s "$size" -n "$n" -t "$depth" -F -p "$p" $2 $3 $ev $(peer_cfg_args "$cfg") 10.88.0.1 > /tmp/perf-c 2>&1; then
+			bench_say "note $1 $ev $(peer_cfg_args "$cfg") between the guests: $(awk '/#bytes/ { getline; print; exit }' /tmp/perf-c)"
+			# A figure of 0 is no figure: the run failed.
+			out=$(awk '/MsgRate/ { getline; if ($4 + 0 > 0) printf "%.2f", $4 * 1.048576; exit }' /tmp/perf-c)
 		else
 			tail -n 5 /tmp/perf-c > /dev/console
 		fi
@@ -517,11 +639,11 @@ cross_b() {
 		fi
 	fi
 	if [ -z "$out" ]; then
-		bench_say "fail case=$case side=$side round=$round"
+		bench_say "fail case=$case side=$side cfg=$cfg round=$round"
 		return 1
 	fi
 	local t=$(( $(cpu_ticks) - c0 ))
-	bench_say "run case=$case side=$side round=$round value=$out p99=0 msgs=$n cpu_us=$(awk -v t=$t -v m="$n" 'BEGIN { printf "%.2f", t * 10000 / m }')"
+	bench_say "run case=$case side=$side cfg=$cfg round=$round value=$out p99=0 msgs=$n lost=0 cpu_us=$(awk -v t=$t -v m="$n" 'BEGIN { printf "%.2f", t * 10000 / m }')"
 }
 
 mode_bench_cross() {
@@ -549,7 +671,7 @@ mode_bench_cross() {
 		wait
 	fi
 	echo "$BENCH_XCASES" | grep . > /tmp/bench-cases
-	local r c k o s n side depth=16
+	local r c k o s n side cfg sc depth=16
 	[ "$host" = a ] || while read -r c k o s; do
 		bench_say "case case=$c kind=$k op=$o size=$s"
 	done < /tmp/bench-cases
@@ -557,14 +679,15 @@ mode_bench_cross() {
 		while read -r c k o s; do
 			# A quarter of the loopback runs' bytes: the two guests share the host's cores.
 			n=$(BENCH_BYTES=$((BENCH_BYTES / 4)) bench_count "$s" 100 2000)
-			for side in $(bench_sides "$r"); do
+			for sc in $(side_cfgs "$k" "$o" "$r"); do
+				side=${sc%%:*} cfg=${sc#*:}
 				XPORT=$((XPORT + 10))
 				if [ "$host" = a ]; then
-					cross_a "$c" "$o" "$s" $side "$r" "$n" $depth < /dev/null
+					cross_a "$c" "$o" "$s" $side $cfg "$r" "$n" $depth < /dev/null
 				else
-					cross_b "$c" "$o" "$s" $side "$r" "$n" $depth < /dev/null
+					cross_b "$c" "$o" "$s" $side $cfg "$r" "$n" $depth < /dev/null
 				fi
-				[ "$r" != 1 ] || bench_say "note $host rxe0 counters after $c ($side): $(counters rxe0)"
+				[ "$r" != 1 ] || bench_say "note $host rxe0 counters after $c ($side $cfg): $(counters rxe0)"
 				ulp_ctl clear
 			done
 		done < /tmp/bench-cases
