@@ -315,6 +315,12 @@ if [ "$mode" = stress ]; then
 		log "two guests on the $FLAVOR kernel: the peer's QEMU killed mid-connection, $kills times (log: $run_dir/kill-survivor.log)"
 		kill_pair "$kills"
 		guests+=(--guest "kill=$run_dir/kill-survivor.log=$(cat "$run_dir/kill-survivor.status")")
+		# Each victim's console up to its kill gets the splat scan of every
+		# guest (its kill_victim_N_kernel_log case): a KASAN or lockdep report
+		# before the kill is a failure, whatever the survivor saw.
+		for i in $(seq 1 "$kills"); do
+			guests+=(--guest "kill_victim_$i=$run_dir/kill-victim-$i.log=$(cat "$run_dir/kill-victim-$i.status")")
+		done
 		expect+=,rdma_peer_kill
 	fi
 	TOPOLOGY=none
