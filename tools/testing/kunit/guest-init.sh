@@ -88,6 +88,12 @@ suite_end() {
 }
 
 # --- helpers ------------------------------------------------------------------
+# SPLATS: what the kernel log says when something went wrong in it, as one
+# extended regular expression: the list that ktap_collect.py applies to each
+# guest's whole console on the host (tools/testing/kunit/splats), so that a
+# check in here never knows fewer splats than the host's.
+SPLATS=$(grep -v '^#' /lib/rdmatest/splats | grep . | tr '\n' '|')
+SPLATS=${SPLATS%|}
 # wait_for SECONDS COMMAND...: retry COMMAND every 0.2 s until it succeeds.
 wait_for() {
 	local tries=$(($1 * 5)); shift

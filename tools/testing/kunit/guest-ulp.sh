@@ -138,11 +138,42 @@ ulp_concurrent() {
 	ulp_clean "$rc_send" 300 1 && ulp_clean "$rc_write" 300 0 && ulp_ud_ok "$ud_send" 300
 }
 
+# ud_loss_bound: the most UD datagrams a run may lose, in percent of those
+# sent. rxe drops a datagram when no receive is posted for it (its receiver's
+# completions handled later than its sender's), and a network drops frames.
+# Measured (Documentation/testing.rst): one guest, none lost in most runs, but
+# 11 of 300 (3.7 %) in one poll=direct run on a loaded host; two guests, none
+# of 2,800, whose frames also cross a host socket (QEMU's dgram backend) that
+# drops them while the receiving QEMU does not run. 5 % on both: above what
+# was seen, far below a run that lost most of its datagrams. Per topology
+# ($mode: peer-a, peer-b are the two guests), should they come to differ.
+ud_loss_bound() {
+	case $mode in
+	peer-*) echo 5 ;;
+	*) echo 5 ;;
+	esac
+}
+# ud_arrived WHAT RECEIVED COUNT: logs how many of COUNT datagrams sent arrived
+# and how many did not; fails if more did not than ud_loss_bound allows.
+ud_arrived() {
+	local what=$1 got=$2 n=$3 lost bound
+	bound=$(ud_loss_bound)
+	[ -n "$got" ] || { echo "$what: no received count"; return 1; }
+	lost=$((n - got))
+	echo "$what: $got of $n datagrams arrived, $lost lost (at most $bound % may be)"
+	kmsg "rdmatest: $what: $got of $n datagrams arrived, $lost lost (at most $bound % may be)"
+	[ "$got" -le "$n" ] || { echo "$what: $got datagrams received, more than the $n sent"; return 1; }
+	[ $((lost * 100)) -le $((n * bound)) ] ||
+		{ echo "$what: $lost of $n datagrams lost, more than $bound %"; return 1; }
+}
+
 # ulp_ud_ok ID COUNT: a UD run: every datagram sent, none corrupt or
-# duplicated, and every one either received or counted as lost.
+# duplicated, every one either received or counted as lost, and no more lost
+# than ud_loss_bound allows.
 ulp_ud_ok() {
 	ulp_row "$1"
-	[ "$(ulp_stat "$1" state)" = done ] && [ "$(ulp_stat "$1" messages)" = "$2" ] &&
+	ud_arrived "UD run $1" "$(ulp_stat "$1" received)" "$2" &&
+		[ "$(ulp_stat "$1" state)" = done ] && [ "$(ulp_stat "$1" messages)" = "$2" ] &&
 		[ "$(ulp_stat "$1" errors)" = 0 ] && [ "$(ulp_stat "$1" corrupt)" = 0 ] &&
 		[ "$(ulp_stat "$1" dup)" = 0 ] &&
 		[ $(( $(ulp_stat "$1" received) + $(ulp_stat "$1" lost) )) = "$2" ]
@@ -401,9 +432,9 @@ ulp_cm_pair() {
 		wait_for 10 ulp_has "$sid" received "$n" || ulp_ctl stop id="$sid"
 		ulp_ctl wait id="$sid"
 		ulp_row "$cid"; ulp_row "$sid"
-		kmsg "rdmatest: ULP UD over rdma_cm to $a: $(ulp_stat "$sid" received) of $n datagrams arrived"
-		[ "$(ulp_stat "$cid" messages)" = "$n" ] && [ "$(ulp_stat "$cid" errors)" = 0 ] &&
-			[ "$(ulp_stat "$sid" received)" -gt 0 ] && [ "$(ulp_stat "$sid" corrupt)" = 0 ] &&
+		ud_arrived "ULP UD over rdma_cm to $a" "$(ulp_stat "$sid" received)" "$n" &&
+			[ "$(ulp_stat "$cid" messages)" = "$n" ] && [ "$(ulp_stat "$cid" errors)" = 0 ] &&
+			[ "$(ulp_stat "$sid" corrupt)" = 0 ] &&
 			[ "$(ulp_stat "$sid" dup)" = 0 ] && [ "$(ulp_stat "$sid" errors)" = 0 ]
 	else
 		ulp_ctl wait id="$sid" || return 1
@@ -411,7 +442,7 @@ ulp_cm_pair() {
 	fi
 }
 # mcast_receivers_ok N ID...: receiver runs of a multicast group that was sent
-# N datagrams: each got some (UD may drop: what did not arrive is counted),
+# N datagrams: each got them all but what ud_loss_bound allows it to lose,
 # none corrupt or duplicated. Stops them.
 mcast_receivers_ok() {
 	local n=$1 id ok=0; shift
@@ -423,8 +454,8 @@ mcast_receivers_ok() {
 		fi
 		ulp_ctl wait id="$id"
 		ulp_row "$id"
-		kmsg "rdmatest: multicast receiver run $id: $(ulp_stat "$id" received) of $n datagrams arrived"
-		[ "$(ulp_stat "$id" received)" -gt 0 ] && [ "$(ulp_stat "$id" corrupt)" = 0 ] &&
+		ud_arrived "multicast receiver run $id" "$(ulp_stat "$id" received)" "$n" &&
+			[ "$(ulp_stat "$id" corrupt)" = 0 ] &&
 			[ "$(ulp_stat "$id" dup)" = 0 ] && [ "$(ulp_stat "$id" errors)" = 0 ] || ok=1
 	done
 	return $ok

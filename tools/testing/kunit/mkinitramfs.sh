@@ -67,6 +67,8 @@ cp "$KUNIT_DIR/guest-bench.sh" "$root/lib/rdmatest/bench.sh"
 cp "$KUNIT_DIR/guest-bench-blk.sh" "$root/lib/rdmatest/bench-blk.sh"
 cp "$KUNIT_DIR/guest-stress.sh" "$root/lib/rdmatest/stress.sh"
 cp "$KUNIT_DIR/guest-blk.sh" "$root/lib/rdmatest/blk.sh"
+# The kernel messages that are splats (one list, ktap_collect.py reads it too).
+cp "$KUNIT_DIR/splats" "$root/lib/rdmatest/splats"
 # RDMATEST_SCRIPT=FILE: a script of one's own for the bench guest (BENCH_CASES=script).
 [ -z "${RDMATEST_SCRIPT:-}" ] || cp "$RDMATEST_SCRIPT" "$root/lib/rdmatest/script.sh"
 

@@ -315,6 +315,12 @@ if [ "$mode" = stress ]; then
 		log "two guests on the $FLAVOR kernel: the peer's QEMU killed mid-connection, $kills times (log: $run_dir/kill-survivor.log)"
 		kill_pair "$kills"
 		guests+=(--guest "kill=$run_dir/kill-survivor.log=$(cat "$run_dir/kill-survivor.status")")
+		# Each victim's console up to its kill gets the splat scan of every
+		# guest (its kill_victim_N_kernel_log case): a KASAN or lockdep report
+		# before the kill is a failure, whatever the survivor saw.
+		for i in $(seq 1 "$kills"); do
+			guests+=(--guest "kill_victim_$i=$run_dir/kill-victim-$i.log=$(cat "$run_dir/kill-victim-$i.status")")
+		done
 		expect+=,rdma_peer_kill
 	fi
 	TOPOLOGY=none
@@ -370,12 +376,14 @@ for f in "$run_dir"/*.log; do
 done
 
 log "build ${t_build}s, VMs ${t_vm}s; logs in $run_dir"
-# The fault suite's report: one line per kind of fault and guest.
+# The fault suite's report: one line per kind of fault and guest; its cycles
+# are those run ("3 of 100" when a splat stopped them early).
 stress_report() {
 	awk -v k="$FLAVOR" 'BEGIN { printf "%-8s %-14s %-9s %8s %9s %10s\n", "kernel", "guest", "fault", "cycles", "failures", "wall time" }
 		/rdmastress: kind=/ { g = FILENAME; sub(".*/", "", g); sub("[.]log$", "", g); delete f
 			for (i = 1; i <= NF; i++) if (split($i, kv, "=") == 2) f[kv[1]] = kv[2]
-			printf "%-8s %-14s %-9s %8s %9s %9.1fs\n", k, g, f["kind"], f["cycles"], f["failures"], f["ms"] / 1000 }
+			c = f["cycles"]; if (f["planned"] != "" && f["planned"] != c) c = c " of " f["planned"]
+			printf "%-8s %-14s %-9s %8s %9s %9.1fs\n", k, g, f["kind"], c, f["failures"], f["ms"] / 1000 }
 		/rdmastress: (rc messages|ud datagrams|rping round trips)=/ { sub(".*rdmastress: ", ""); more = more k ": " $0 "\n" }
 		/rdmastress: link add profile: ms [0-9]/ { sub(".*profile: ms ", ""); more = more k ": rdma link add, three times (ms): " $0 "\n" }
 		/rdmastress: peer kill: run [0-9]+ ended/ { for (i = 1; i <= NF; i++) if ($i == "error") t = $(i + 1)
