@@ -518,7 +518,7 @@ fn server(
     let pd = Pd::new(&dev)?;
     let cq_entries = match spec.mode {
         QpType::Rc => MAX_SESSIONS as u32 * 16,
-        QpType::Ud => 2 * spec.depth + 8,
+        QpType::Ud => spec.receives() + 8,
     };
     let cq = spec.new_cq(&dev, cq_entries)?;
     let mut r = Res::new(pd.clone(), cq.clone());
@@ -527,7 +527,7 @@ fn server(
         check_ud_size(spec, &dev.query_port(id.port())?)?;
         let caps = QpCaps {
             send_depth: 1,
-            recv_depth: 2 * spec.depth,
+            recv_depth: spec.receives(),
             ..QpCaps::default()
         };
         let qp = id.create_qp(&pd, &cq, &cq, &caps)?.established()?;

@@ -400,7 +400,7 @@ impl Run {
         if !spec.op.uses_recv() {
             return Ok(());
         }
-        self.receives_on(rx_qp, 2 * spec.depth, None, None)
+        self.receives_on(rx_qp, spec.receives(), None, None)
     }
 
     /// Posts `n` receives on `qp`.

@@ -35,10 +35,10 @@ pub(super) fn start(
     let (caps, entries) = if receiver {
         let caps = QpCaps {
             send_depth: 1,
-            recv_depth: 2 * spec.depth,
+            recv_depth: spec.receives(),
             ..QpCaps::default()
         };
-        (caps, 2 * spec.depth + 8)
+        (caps, spec.receives() + 8)
     } else {
         let caps = QpCaps {
             send_depth: spec.depth,

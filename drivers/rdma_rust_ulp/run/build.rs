@@ -26,7 +26,7 @@ impl Run {
         let attrs = dev.attrs();
         let port = dev.query_port(PORT)?;
         let depth = spec.depth;
-        let rx_depth = if spec.op.uses_recv() { 2 * depth } else { 1 };
+        let rx_depth = spec.receives();
         if rx_depth >= attrs.max_qp_wr() || depth >= attrs.max_qp_wr() {
             return Err(bad(format_args!(
                 "depth={} over the device's max_qp_wr {}",

@@ -69,7 +69,7 @@ bench_count() {
 	echo $((n / PEER_LIST * PEER_LIST))
 }
 # The queue depth of both sides: deep for small messages, shallower for
-# large ones (the ULP keeps 2 x depth receive buffers of the message size).
+# large ones (the ULP keeps 2 x depth receive buffers of the message size, UD 4 x).
 bench_depth() { if [ "$1" -le 65536 ]; then echo 32; else echo 8; fi; }
 
 # --- the peer: perftest and rping ----------------------------------------------
@@ -282,7 +282,7 @@ bench_exec() {
 	rc_send) PERF_EVENTS=$ev perf_run ib_send_bw $port "$size" "$n" "$depth" -r $((2 * depth)) $(peer_cfg_args $cfg) ;;
 	# perftest's UD receiver waits for every datagram and fails when rxe
 	# drops one (no receive posted in time): it keeps 512 posted; the ULP
-	# keeps 2 x depth and counts its losses. Both report what arrived.
+	# keeps 4 x depth and counts its losses. Both report what arrived.
 	ud_send) PERF_EVENTS=$ev PERF_RECEIVER=1 perf_run ib_send_bw $port "$size" "$n" "$depth" -r 512 -c UD $(peer_cfg_args $cfg) ;;
 	rc_write) PERF_EVENTS=$ev perf_run ib_write_bw $port "$size" "$n" "$depth" $(peer_cfg_args $cfg) ;;
 	rc_read) PERF_EVENTS=$ev perf_run ib_read_bw $port "$size" "$n" "$depth" -o "$depth" $(peer_cfg_args $cfg) ;;
