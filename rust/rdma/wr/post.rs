@@ -55,7 +55,9 @@ impl Qp<Rts> {
     /// The request was not posted and comes back in the [`PostError`], with everything it
     /// owns (`?` on it drops them; match it to keep them):
     ///
-    /// - What `build` returns: the errors of the [`SendOps`] methods (`EINVAL`), or its own.
+    /// - What `build` returns: the errors of the [`SendOps`] methods (`EINVAL`; `EBUSY` from
+    ///   [`SendOps::reg_mr`] for an MR still registered or whose invalidation is under way, and
+    ///   from [`SendOps::rw`] for an R/W context posted already), or its own.
     /// - `ENOMEM` when the operations do not fit in the free send slots.
     /// - `EINVAL` for no operation, an inline send longer than the QP's `max_inline`, more
     ///   memory pieces in one operation than its `send_sge`, an operation the transport does
@@ -203,6 +205,8 @@ impl<S: CanRecv> Qp<S> {
     ///   another module than the QP's earlier ones, or a QP that takes its receives from an
     ///   SRQ.
     /// - `ESHUTDOWN` once the QP is drained.
+    /// - `EIO` once a driver failure stopped the QP (a chained send the driver took only part
+    ///   of: see [`Qp::post_send`]).
     /// - Otherwise what the driver's `post_recv` returns.
     pub fn post_recv<T: Completion>(
         &self,

@@ -12,12 +12,13 @@ use kernel::{
     c_str,
     ffi::c_int,
     new_spinlock_bh,
+    page::{Page, PAGE_SIZE},
     prelude::*,
     rdma::{
         ah::Ah,
         cq::{Cq, PollContext, Wc, WcOpcode, WcStatus},
         device::Device,
-        dma::{DmaBuf, DmaPage, DmaSg, FromDevice, ToDevice, MAX_SG_PAGES},
+        dma::{DmaBuf, DmaPage, DmaSg, FromDevice, PageOwner, Segment, ToDevice, MAX_SG_PAGES},
         event::{AsyncEvent, AsyncHandler, Event, EventHandler, EventRegistration},
         mr::{Access, Mr, Region, Remote},
         pd::Pd,
@@ -320,6 +321,48 @@ fn register<R: Region + Send + 'static>(qp: &Qp<Rts>, mr: R, access: Access) -> 
         Ok(())
     })?;
     Ok(d.payload)
+}
+
+/// `n` zeroed pages, owned by the caller.
+fn zero_pages(n: usize) -> Result<KVec<Page>> {
+    let mut v = KVec::with_capacity(n, GFP_KERNEL)?;
+    for _ in 0..n {
+        v.push(Page::alloc_page(GFP_KERNEL | __GFP_ZERO)?, GFP_KERNEL)?;
+    }
+    Ok(v)
+}
+
+/// Pages the test owns, lent to a [`LentMr`]; `writable`: whether a peer may write them.
+///
+/// [`LentMr`]: kernel::rdma::mr::LentMr
+struct Owned {
+    pages: KVec<Page>,
+    writable: bool,
+}
+
+// SAFETY: The segments are the owned pages, which live as long as `self`.
+unsafe impl PageOwner for Owned {
+    fn segments(&self, out: &mut [Segment]) -> Result<usize> {
+        if out.len() < self.pages.len() {
+            return Err(E2BIG);
+        }
+        for (o, p) in out.iter_mut().zip(self.pages.iter()) {
+            *o = Segment::from_page(p, 0, PAGE_SIZE)?;
+        }
+        Ok(self.pages.len())
+    }
+
+    fn device_may_write(&self) -> bool {
+        self.writable
+    }
+}
+
+/// `n` zeroed pages of the test's, to lend; `writable`: whether a peer may write them.
+fn owned(n: usize, writable: bool) -> Result<Owned> {
+    Ok(Owned {
+        pages: zero_pages(n)?,
+        writable,
+    })
 }
 
 /// The target's half of the storage pattern: `p.a` RDMA WRITEs `write` bytes of `seq`'s

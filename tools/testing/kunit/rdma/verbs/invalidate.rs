@@ -8,27 +8,7 @@
 //! invalidates it remotely.
 
 use super::*;
-use kernel::{
-    page::{Page, PAGE_SIZE},
-    rdma::dma::{PageOwner, Segment},
-    rdma::mr::LentMr,
-};
-
-/// One page the case owns, lent to a [`LentMr`] for the peer to write.
-struct OnePage(Page);
-
-// SAFETY: The segment is the owned page, which lives as long as `self`.
-unsafe impl PageOwner for OnePage {
-    fn segments(&self, out: &mut [Segment]) -> Result<usize> {
-        let o = out.first_mut().ok_or(E2BIG)?;
-        *o = Segment::from_page(&self.0, 0, PAGE_SIZE)?;
-        Ok(1)
-    }
-
-    fn device_may_write(&self) -> bool {
-        true
-    }
-}
+use kernel::rdma::mr::LentMr;
 
 /// Posts a LOCAL_INV of `mr` on `qp`, checks that it completed with `status`, and returns
 /// the MR.
@@ -91,9 +71,8 @@ extern "C" fn rdma_kunit_mr_inv_flushed() -> c_int {
         drop(mr);
 
         // The same with pages lent: the owner is not given back while the peer can write.
-        let mut lent = LentMr::<OnePage>::new(&p.pd, 1)?;
-        let page = Page::alloc_page(GFP_KERNEL)?;
-        lent.lend(OnePage(page), Access::REMOTE_WRITE)
+        let mut lent = LentMr::<Owned>::new(&p.pd, 1)?;
+        lent.lend(owned(1, true)?, Access::REMOTE_WRITE)
             .map_err(|(e, _)| e)?;
         let lent = register(&p.b, lent, Access::REMOTE_WRITE)?;
         let mut lent = invalidate(&q.b, lent, WcStatus::WrFlushErr)?;

@@ -13,12 +13,7 @@
 use super::*;
 use kernel::{
     page::{Page, PAGE_SIZE},
-    rdma::{
-        dma::{copy_from_pages, PageOwner, Segment},
-        mr::LentMr,
-        rw::RwCtx,
-        wr::PostError,
-    },
+    rdma::{dma::copy_from_pages, mr::LentMr, rw::RwCtx, wr::PostError},
 };
 
 /// The QP caps of the cases: room for `RW_CTXS` transfers of up to 256 pages.
@@ -68,14 +63,6 @@ fn pattern_pages(pd: &Arc<Pd>, n: usize, seq: u32) -> Result<KVec<Page>> {
         sg.write(p * PAGE_SIZE, &chunk)?;
     }
     Ok(sg.into_pages())
-}
-
-fn zero_pages(n: usize) -> Result<KVec<Page>> {
-    let mut v = KVec::with_capacity(n, GFP_KERNEL)?;
-    for _ in 0..n {
-        v.push(Page::alloc_page(GFP_KERNEL | __GFP_ZERO)?, GFP_KERNEL)?;
-    }
-    Ok(v)
 }
 
 /// Checks that the first `len` bytes of `mem` (read with `read`) hold `seq`'s pattern, and
@@ -630,36 +617,6 @@ extern "C" fn rdma_kunit_rw_remote_invalidate() -> c_int {
         drop((e, target, q));
         leak_check()
     })())
-}
-
-/// Pages the test owns, lent to a [`LentMr`]; `writable`: whether a peer may write them.
-struct Owned {
-    pages: KVec<Page>,
-    writable: bool,
-}
-
-// SAFETY: The segments are the owned pages, which live as long as `self`.
-unsafe impl PageOwner for Owned {
-    fn segments(&self, out: &mut [Segment]) -> Result<usize> {
-        if out.len() < self.pages.len() {
-            return Err(E2BIG);
-        }
-        for (o, p) in out.iter_mut().zip(self.pages.iter()) {
-            *o = Segment::from_page(p, 0, PAGE_SIZE)?;
-        }
-        Ok(self.pages.len())
-    }
-
-    fn device_may_write(&self) -> bool {
-        self.writable
-    }
-}
-
-fn owned(n: usize, writable: bool) -> Result<Owned> {
-    Ok(Owned {
-        pages: zero_pages(n)?,
-        writable,
-    })
 }
 
 /// A [`LentMr`] over pages another object owns (the storage initiator's MR for a block
