@@ -2,7 +2,7 @@
 
 //! expect: E0277
 //! message: the trait bound `ToDevice: DeviceWrites` is not satisfied
-//! message: required by a bound in `SendOps::<'a>::read`
+//! message: required for `DmaBuf<ToDevice>` to implement `Scatter`
 //!
 //! Memory mapped for the device to read only (`ToDevice`) cannot be the target of an RDMA
 //! READ, which the device writes.
