@@ -90,11 +90,17 @@ bench_depth() { if [ "$1" -le 65536 ]; then echo 32; else echo 8; fi; }
 # 62,387 msgs/s with -e against 26,597 busy-polling), as a spinning process
 # takes a CPU from rxe's own tasks.
 PEER_LIST=8
+# has_events OP_OR_TOOL: whether perftest has an event mode for the op (not
+# for WRITE, ib_write_bw).
+has_events() { case $1 in *write*) return 1 ;; esac; }
+# perf_event_arg TOOL ROLE: -e for ROLE (client or server) of TOOL in event
+# mode: the client, and the server of ib_send_bw, the only server that polls
+# (the servers of ib_write_bw and ib_read_bw refuse -e).
+perf_event_arg() { case $2:$1 in client:* | server:ib_send_bw) printf '%s' -e ;; esac; }
 # peer_cfgs KIND OP: the peer's configurations of a case.
 peer_cfgs() {
-	case $1:$2 in
-	rate:*write | bw:*write) echo "base list" ;;
-	rate:* | bw:*) echo "base list event" ;;
+	case $1 in
+	rate | bw) echo "base list$(has_events "$2" && echo ' event')" ;;
 	*) echo base ;;
 	esac
 }
@@ -104,9 +110,8 @@ peer_cfg_args() { case $1 in list | event) echo "-l $PEER_LIST" ;; esac; }
 # perf_run TOOL PORT SIZE COUNT DEPTH [ARGS...]: a perftest server and client
 # on rxe0; prints "MSGS_PER_S MB_PER_S" (bw tools: perftest's MsgRate, and its
 # average BW in MiB/s as 10^6 bytes/s) or "P50 P99" in us (lat tools), and
-# logs the result line it took. PERF_EVENTS=1: -e on the client, and on the
-# server of ib_send_bw, the only one that polls (the server of ib_write_bw and
-# ib_read_bw refuses -e). PERF_RECEIVER=1: the figures of the receiving side
+# logs the result line it took. PERF_EVENTS=1: event mode (perf_event_arg).
+# PERF_RECEIVER=1: the figures of the receiving side
 # (UD: what arrived). A result of 0 fails: it is no figure (but for
 # PERF_NO_FIGURE=1, a run that is timed by its CPU only: bench_fixed's 16
 # messages, where perftest's UD receiver in event mode was seen to print 0).
@@ -118,8 +123,8 @@ perf_run() {
 	*_bw) common="$common -t $depth" ;;
 	esac
 	if [ -n "${PERF_EVENTS:-}" ]; then
-		cev=-e
-		[ "$tool" != ib_send_bw ] || sev=-e
+		cev=$(perf_event_arg $tool client)
+		sev=$(perf_event_arg $tool server)
 	fi
 	timeout 300 /usr/bin/$tool $common $sev "$@" > /tmp/perf-s 2>&1 &
 	local spid=$!
@@ -315,9 +320,10 @@ bench_fixed() {
 		bench_say "fail case=$case side=$side cfg=$cfg round=0 (the $BENCH_FIXED_N-message run of the fixed costs)"
 		return 1
 	}
+	local ticks=$(( $(cpu_ticks) - c0 ))
 	[ "$op" != rping ] || ms=$out
-	echo "$(( $(cpu_ticks) - c0 )) $ms" > /tmp/fixed-$case-$side-$cfg
-	bench_say "fixed case=$case side=$side cfg=$cfg msgs=$BENCH_FIXED_N ticks=$(( $(cpu_ticks) - c0 )) ms=$ms"
+	echo "$ticks $ms" > /tmp/fixed-$case-$side-$cfg
+	bench_say "fixed case=$case side=$side cfg=$cfg msgs=$BENCH_FIXED_N ticks=$ticks ms=$ms"
 }
 
 # bench_one CASE KIND OP SIZE SIDE CFG ROUND: one timed run; prints its line.
@@ -443,7 +449,7 @@ bench_floor() {
 		"ud send") tool=ib_send_bw depth=64 args="-r 512 -c UD" ;;
 		esac
 		for cfg in list event; do
-			[ "$cfg:$tool" != event:ib_write_bw ] || continue
+			[ $cfg != event ] || has_events $tool || continue
 			next_port
 			out=$(PERF_EVENTS=$([ $cfg = event ] && echo 1) perf_run $tool $BENCH_PORT 1 "$n" $depth $args $(peer_cfg_args $cfg)) &&
 				bench_say "floor what=${1}_${2}_1B tool=peer cfg=$cfg msgs_per_s=${out%% *}"
@@ -459,7 +465,7 @@ bench_floor() {
 		read) args="-o 8" ;;
 		esac
 		for cfg in base event; do
-			[ "$cfg:$op" != event:write ] || continue
+			[ $cfg != event ] || has_events $op || continue
 			next_port
 			out=$(PERF_EVENTS=$([ $cfg = event ] && echo 1) perf_run ib_${op}_bw $BENCH_PORT 1048576 "$n" 8 $args) &&
 				bench_say "floor what=rc_${op}_1M tool=peer cfg=$cfg MB_per_s=${out#* }"
@@ -574,8 +580,7 @@ cross_a() {
 	c0=$(cpu_ticks)
 	if [ "$side" = peer ]; then
 		set -- $(cross_tool "$op" "$depth")
-		# As perf_run: -e on ib_send_bw's server, the only one that polls.
-		[ "$cfg" != event ] || [ "$1" != ib_send_bw ] || ev=-e
+		[ "$cfg" != event ] || ev=$(perf_event_arg $1 server)
 		timeout 300 /usr/bin/$1 -d rxe0 -s "$size" -n "$n" -t "$depth" -F -p "$p" $2 $3 $ev $(peer_cfg_args "$cfg") > /tmp/perf-s 2>&1 &
 		local spid=$!
 		word=go
@@ -609,7 +614,7 @@ cross_b() {
 	c0=$(cpu_ticks)
 	if [ "$side" = peer ]; then
 		set -- $(cross_tool "$op" "$depth")
-		[ "$cfg" != event ] || ev=-e
+		[ "$cfg" != event ] || ev=$(perf_event_arg $1 client)
 		if [ "$(nc_recv $((p + 1)))" = go ] &&
 			timeout 300 /usr/bin/$1 -d rxe0 -s "$size" -n "$n" -t "$depth" -F -p "$p" $2 $3 $ev $(peer_cfg_args "$cfg") 10.88.0.1 > /tmp/perf-c 2>&1; then
 			bench_say "note $1 $ev $(peer_cfg_args "$cfg") between the guests: $(awk '/#bytes/ { getline; print; exit }' /tmp/perf-c)"
