@@ -11,6 +11,7 @@ use kernel::page::{Page, PAGE_SIZE};
 use kernel::prelude::*;
 use kernel::rdma::{
     cm::{CmId, ConnParam, Event, Handler, Id, PortSpace, Request, SockAddr},
+    defer::DropOutside,
     device::Device,
     dma::{copy_from_pages, copy_to_pages},
 };
@@ -131,21 +132,23 @@ pub(crate) struct Export {
 /// an id waits for its handler, which may take it).
 struct Link {
     listener: Option<CmId<TgtEv>>,
-    sessions: KVec<Option<Session>>,
+    sessions: KVec<Option<DropOutside<Session>>>,
 }
 
+/// A connection of the export, ended when dropped. Kept in a [`DropOutside`]: dropped in its
+/// id's event handler (a disconnect), it ends from a work item, since draining its QP there
+/// would wait for CQ work under rdma_cm's handler lock.
 struct Session {
     id: CmId<TgtEv>,
     conn: Arc<TgtConn>,
 }
 
-impl Session {
-    fn end(self) {
+impl Drop for Session {
+    fn drop(&mut self) {
         // The disconnect moves the QP to the error state: its flushes are this.
         self.conn.ending();
         let _ = self.id.disconnect();
         self.conn.teardown();
-        drop(self.id);
     }
 }
 
@@ -226,9 +229,7 @@ impl Export {
         let listener = self.link.lock().listener.take();
         drop(listener);
         let sessions = core::mem::take(&mut self.link.lock().sessions);
-        for s in sessions.into_iter().flatten() {
-            s.end();
-        }
+        drop(sessions);
     }
 }
 
@@ -246,7 +247,7 @@ impl Handler for TgtEv {
                 }
             }
             Event::Disconnected | Event::DeviceRemoval => {
-                // One connection ended (its handler runs here: dropping the id is allowed).
+                // One connection ended: it ends from a work item (see `Session`).
                 if let Some(s) = export.take_session(id) {
                     pr_info!(
                         "export {}: {} disconnected after {} commands\n",
@@ -254,7 +255,7 @@ impl Handler for TgtEv {
                         Peer(id.peer_addr()),
                         s.conn.commands.load(Ordering::Relaxed)
                     );
-                    s.end();
+                    drop(s);
                 }
             }
             // A connection accepted but never established: the initiator refused the accept
@@ -301,7 +302,7 @@ impl core::fmt::Display for Peer {
 
 impl Export {
     /// Takes the session of `id` out of the export, if it has one.
-    fn take_session(&self, id: &Id) -> Option<Session> {
+    fn take_session(&self, id: &Id) -> Option<DropOutside<Session>> {
         let mut l = self.link.lock();
         l.sessions
             .iter_mut()
@@ -312,8 +313,8 @@ impl Export {
             .and_then(Option::take)
     }
 
-    /// Ends the session of `id`, accepted but never established (`why`). `id`'s handler, in
-    /// process context: dropping the id is allowed.
+    /// Ends the session of `id`, accepted but never established (`why`). `id`'s handler: the
+    /// session ends from a work item.
     fn end_unestablished(&self, id: &Id, why: core::fmt::Arguments<'_>) {
         if let Some(s) = self.take_session(id) {
             // Its QP is in the error state already (the CM moved it): the flushes are this.
@@ -323,7 +324,7 @@ impl Export {
                 self.volume.name,
                 Peer(id.peer_addr())
             );
-            s.end();
+            drop(s);
         }
     }
 
@@ -419,6 +420,14 @@ impl Export {
             );
             Refusal::Busy
         })?;
+        // The connection owns the reservation from here: its teardown gives it back.
+        unreserve.dismiss();
+        // From here the session owns the id and the connection: dropping it (a failure below,
+        // in this handler) ends the connection from a work item. Made before anything is
+        // outstanding on the QP but its receives, so that if there is no memory for it, the
+        // teardown here needs no drain.
+        let session = DropOutside::new(Session { id, conn }).map_err(|_| Refusal::Busy)?;
+        let (id, conn) = (&session.id, &session.conn);
         let welcome = Welcome {
             block_size: BLOCK,
             max_io: MAX_IO,
@@ -426,8 +435,6 @@ impl Export {
             inline_max: INLINE_MAX,
         }
         .encode();
-        // The connection owns the reservation from here: its teardown gives it back.
-        unreserve.dismiss();
         let reads = reads.min(id.device().map_or(0, |d| d.attrs().max_qp_init_rd_atom()));
         if reads == 0 {
             pr_err!(
@@ -435,7 +442,6 @@ impl Export {
                 self.volume.name
             );
             let _ = id.reject(&Refusal::NoReads.encode());
-            conn.teardown();
             return Err(Refusal::NoReads);
         }
         let accepted = id.accept(&ConnParam {
@@ -452,17 +458,15 @@ impl Export {
                 "export {}: accepting {peer} failed: {e:?}\n",
                 self.volume.name
             );
-            conn.teardown();
             return Err(Refusal::Busy);
         }
         let mut l = self.link.lock();
         let free = l.sessions.iter().position(Option::is_none);
         if free.is_none() && l.sessions.reserve(1, GFP_KERNEL).is_err() {
             drop(l);
-            conn.teardown();
             return Err(Refusal::Busy);
         }
-        let session = Some(Session { id, conn });
+        let session = Some(session);
         match free {
             Some(i) => l.sessions[i] = session,
             // Reserved above: cannot fail.

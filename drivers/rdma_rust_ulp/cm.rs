@@ -39,6 +39,7 @@ use kernel::rdma::{
     ah::Ah,
     cm::{CmId, ConnParam, Event, Handler, Id, PortSpace, Request, UdPeer, UDP_QKEY},
     cq::Cq,
+    defer::DropOutside,
     device::{Device, Gid},
     pd::Pd,
     qp::{QpCaps, QpType},
@@ -171,10 +172,21 @@ pub(crate) struct Ev {
     conn: Option<Arc<Conn>>,
 }
 
-/// A server's connection: its id and state.
+/// A server's connection: its id and state, ended when dropped. Kept in a [`DropOutside`]:
+/// dropped in its id's event handler (a disconnect), it ends from a work item, since draining
+/// its QP there would wait for CQ work under rdma_cm's handler lock.
 struct Session {
     id: CmId<Ev>,
     conn: Arc<Conn>,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        // The peer sees the connection end now rather than when the id goes.
+        self.conn.closing();
+        let _ = self.id.disconnect();
+        self.conn.teardown();
+    }
 }
 
 /// A CM run's ids: its listener or connecting id, and a server's connections. Dropped in
@@ -183,7 +195,7 @@ pub(crate) struct Link {
     id: Option<CmId<Ev>>,
     /// A client's RC connection.
     conn: Option<Arc<Conn>>,
-    sessions: KVec<Session>,
+    sessions: KVec<DropOutside<Session>>,
 }
 
 impl Drop for Link {
@@ -194,12 +206,7 @@ impl Drop for Link {
             let _ = id.disconnect();
             c.teardown();
         }
-        for s in core::mem::take(&mut self.sessions) {
-            s.conn.closing();
-            let _ = s.id.disconnect();
-            s.conn.teardown();
-            drop(s.id);
-        }
+        drop(core::mem::take(&mut self.sessions));
         drop(self.id.take());
     }
 }
@@ -306,7 +313,7 @@ impl Ev {
             "disconnected"
         };
         match &self.conn {
-            // A server connection: freed here (its id is destroyed when this returns).
+            // A server connection: ended from a work item (see `Session`).
             Some(conn) => {
                 pr_info!(
                     "run {}: {} {what} after {} round trips\n",
@@ -318,10 +325,7 @@ impl Ev {
                     let i = l.sessions.iter().position(|s| Arc::ptr_eq(&s.conn, conn))?;
                     l.sessions.remove(i)
                 });
-                if let Some(Some(s)) = session {
-                    s.conn.teardown();
-                    drop(s.id);
-                }
+                drop(session);
             }
             None => {
                 if run.spec.role == Role::Client {
@@ -419,6 +423,12 @@ impl Ev {
             conn: Some(conn.clone()),
         })?;
         let qp = id.create_qp(pd, cq, cq, &ping_caps())?;
+        // From here a failure drops the session, which ends the connection from a work item.
+        let session = DropOutside::new(Session {
+            id,
+            conn: conn.clone(),
+        })?;
+        let id = &session.id;
         conn.prepare(&qp, pd)?;
         id.accept(&ConnParam {
             responder_resources: depth,
@@ -426,30 +436,18 @@ impl Ev {
             ..ConnParam::default()
         })?;
         conn.begin(qp.established()?, cq)?;
-        let pushed = self.waiter.with_link(|l| {
-            l.sessions.push(
-                Session {
-                    id,
-                    conn: conn.clone(),
-                },
-                GFP_KERNEL,
-            )
-        });
-        match pushed {
+        // The run ended meanwhile, or no memory: the session is dropped, which ends the
+        // connection.
+        match self
+            .waiter
+            .with_link(|l| l.sessions.push(session, GFP_KERNEL))
+        {
             Some(Ok(())) => {
                 pr_info!("run {}: connection from {peer}\n", run.id);
                 Ok(())
             }
-            // The run ended meanwhile, or no memory: the session is dropped here, which ends
-            // the connection.
-            Some(Err(e)) => {
-                conn.teardown();
-                Err(e.into())
-            }
-            None => {
-                conn.teardown();
-                Err(ESHUTDOWN)
-            }
+            Some(Err(e)) => Err(e.into()),
+            None => Err(ESHUTDOWN),
         }
     }
 }

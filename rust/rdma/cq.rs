@@ -23,7 +23,7 @@ use super::{
     defer::{Deferred, Teardown},
     device::Device,
     event::{AsyncHandler, EventSlot},
-    sync::{atomic, current, might_sleep, sleepable, Tasks},
+    sync::{atomic, current, in_cm_handler, might_sleep, sleepable},
 };
 use crate::{
     alloc::{flags::GFP_KERNEL, KBox},
@@ -39,28 +39,7 @@ use core::{
 
 pub mod wc;
 
-/// The tasks running a completion handler in process context now: a CQ's work item, or a
-/// task processing a CQ itself (a direct poller, a drain).
-static HANDLING: Tasks<16> = Tasks::new();
-
-/// Runs `f`, the completion handler of a request, recorded as such: a QP, SRQ or CQ whose last
-/// reference it drops is torn down from a work item ([`in_any_handler`]).
-pub(crate) fn handling<R>(f: impl FnOnce() -> R) -> R {
-    if atomic() {
-        // Teardowns defer from atomic context anyway.
-        return f();
-    }
-    let _mark = HANDLING.enter();
-    f()
-}
-
-/// Whether the current task runs a completion handler in process context, of any CQ. A
-/// teardown there would drain or free other CQs from inside this one's processing: a
-/// handler of CQ X tearing down a QP of CQ Y waits for Y's work, and one of Y tearing down
-/// a QP of X waits for X's (and lockdep sees both work items as one class).
-pub(crate) fn in_any_handler() -> bool {
-    HANDLING.has_current()
-}
+pub(crate) use super::sync::{handling, in_any_handler};
 
 pub use wc::{Invalidation, Wc, WcOpcode, WcStatus};
 
@@ -250,12 +229,17 @@ impl RawCq {
 
 impl Teardown for RawCq {
     fn must_defer(&self) -> bool {
-        // `ib_free_cq` waits for the CQ's work item or `irq_poll`: not from its own handler;
-        // freeing the handler of its events waits for their delivery: not from there either.
-        // Giving pool entries back takes an IRQ-disabling lock: process context.
+        // `ib_free_cq` waits for the CQ's work item or `irq_poll`: not from its own handler,
+        // nor under an rdma_cm id's handler lock (see `in_cm_handler`); freeing the handler of
+        // its events waits for their delivery: not from there either. Giving pool entries
+        // back takes an IRQ-disabling lock: process context.
         match &self.origin {
             Origin::Own(shared) => {
-                atomic() || self.in_handler() || in_any_handler() || shared.events.in_delivery()
+                atomic()
+                    || self.in_handler()
+                    || in_any_handler()
+                    || in_cm_handler()
+                    || shared.events.in_delivery()
             }
             Origin::Pool { .. } => atomic(),
         }
@@ -358,6 +342,8 @@ impl Cq {
         // `ib_alloc_cq` takes no event handler; nothing uses the CQ yet, so it is set here.
         // SAFETY: `ptr` was just allocated and is not shared with anyone yet.
         unsafe { (*ptr).event_handler = Some(cq_event) };
+        // SAFETY: As above: no QP uses the CQ yet, so its work item has never been queued.
+        unsafe { bindings::rdma_cq_own_class(ptr) };
         // INVARIANT: `ptr` was just allocated with `poll` on `device`, with `shared`.
         let raw = Deferred::new(RawCq {
             ptr,

@@ -18,7 +18,10 @@
 //! the device waits for it, as it waits for any other reference; and it holds the module whose
 //! code it may run ([`owner`](super::owner)), so unloading that module waits for it too.
 
-use super::{owner::Hold, owner::Owner, sync::atomic};
+use super::{
+    owner::{Hold, Owner},
+    sync::{atomic, in_any_handler, in_cm_handler},
+};
 use crate::{alloc::flags::GFP_KERNEL, alloc::KBox, bindings, error::Result, types::Opaque};
 use core::ops::Deref;
 
@@ -164,5 +167,71 @@ impl<T: Teardown> Drop for Deferred<T> {
         }
         // SAFETY: The slot is valid and owned, and from here on owned by the work item.
         unsafe { queue(self.slot.cast::<Header>()) };
+    }
+}
+
+/// The teardown rule of a [`DropOutside`]: deferred in atomic context, in a completion
+/// handler and in an rdma_cm event handler.
+struct Outside<T>(T);
+
+impl<T: Send + 'static> Teardown for Outside<T> {
+    fn must_defer(&self) -> bool {
+        atomic() || in_cm_handler() || in_any_handler()
+    }
+}
+
+/// Owns a value whose drop must run in process context, outside every RDMA handler: one that
+/// ends a connection (drains its QP, destroys its rdma_cm id, frees what its requests used).
+///
+/// Dropped in an rdma_cm event handler, a completion handler or atomic context, the value is
+/// dropped from a work item on `system_unbound_wq` instead, as nvmet-rdma ends its queues
+/// from `release_work`: in an rdma_cm handler, whose id's handler lock the CM holds, a drain
+/// would wait for the work of CQs that other ULPs share ([`Qp::drain`] refuses there). The
+/// work item's storage is allocated by [`DropOutside::new`], so handing the drop over cannot
+/// fail; the module whose drop code runs is held until it has run, so `rmmod` waits for it.
+///
+/// [`Qp::drain`]: super::qp::Qp::drain
+///
+/// # Examples
+///
+/// ```
+/// use kernel::prelude::*;
+/// use kernel::rdma::defer::DropOutside;
+///
+/// struct Session;
+/// impl Drop for Session {
+///     fn drop(&mut self) {
+///         // Disconnect, drain the QP, free the buffers: may sleep on completion handlers.
+///     }
+/// }
+///
+/// let s = DropOutside::new(Session)?;
+/// // In an rdma_cm event handler this drop is handed to a work item; here it runs now.
+/// drop(s);
+/// # Ok::<(), Error>(())
+/// ```
+pub struct DropOutside<T: Send + 'static>(Deferred<Outside<T>>);
+
+// SAFETY: It owns a `T`, which is `Send`. Stated here rather than derived through `Deferred`'s
+// `Teardown` bound, so that a `T` holding `DropOutside<T>`s of its own kind (a connection whose
+// id's handler holds the list of connections) is `Send` too.
+unsafe impl<T: Send + 'static> Send for DropOutside<T> {}
+// SAFETY: `&DropOutside<T>` only gives `&T`.
+unsafe impl<T: Send + Sync + 'static> Sync for DropOutside<T> {}
+
+impl<T: Send + 'static> DropOutside<T> {
+    /// Takes `value`, with the storage of the work item that may drop it. On failure (`ENOMEM`)
+    /// `value` is dropped here: make it where that is allowed, before the connection has
+    /// anything outstanding.
+    pub fn new(value: T) -> Result<Self> {
+        Ok(Self(Deferred::new(Outside(value))?))
+    }
+}
+
+impl<T: Send + 'static> Deref for DropOutside<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0 .0
     }
 }

@@ -47,7 +47,7 @@ use super::{
     owner::{Owner, OwnerCell},
     pd::Pd,
     srq::Srq,
-    sync::{atomic, PostGate, PostTicket, SpinLockBh},
+    sync::{atomic, in_cm_handler, PostGate, PostTicket, SpinLockBh},
 };
 use crate::{
     alloc::{
@@ -446,10 +446,12 @@ unsafe impl Sync for QpInner {}
 impl Teardown for QpInner {
     fn must_defer(&self) -> bool {
         // The drain waits for handlers of the QP's CQs to process its requests (not from one
-        // of them, nor from any other CQ's: see `in_any_handler`); the teardown cancels the
-        // QP's `orphan_work`, which may be what drops it.
+        // of them, nor from any other CQ's: see `in_any_handler`, nor under an rdma_cm id's
+        // handler lock: see `Qp::drain`); the teardown cancels the QP's `orphan_work`, which
+        // may be what drops it.
         let k = &self.keep;
         atomic()
+            || in_cm_handler()
             || k.shared.in_orphan_work()
             || k.shared.events.in_delivery()
             || super::cq::in_any_handler()

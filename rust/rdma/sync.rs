@@ -357,6 +357,47 @@ impl Drop for TaskMark<'_> {
     }
 }
 
+/// The tasks running a completion handler in process context now: a CQ's work item, or a
+/// task processing a CQ itself (a direct poller, a drain).
+static HANDLING: Tasks<16> = Tasks::new();
+
+/// Runs `f`, the completion handler of a request, recorded as such: a QP, SRQ or CQ whose last
+/// reference it drops is torn down from a work item ([`in_any_handler`]).
+pub(crate) fn handling<R>(f: impl FnOnce() -> R) -> R {
+    if atomic() {
+        // Teardowns defer from atomic context anyway.
+        return f();
+    }
+    let _mark = HANDLING.enter();
+    f()
+}
+
+/// Whether the current task runs a completion handler in process context, of any CQ. A
+/// teardown there would drain or free other CQs from inside this one's processing: a
+/// handler of CQ X tearing down a QP of CQ Y waits for Y's work, and one of Y tearing down
+/// a QP of X waits for X's (and lockdep sees both work items as one class).
+pub(crate) fn in_any_handler() -> bool {
+    HANDLING.has_current()
+}
+
+/// The tasks running an rdma_cm event handler now (recorded by [`cm`](super::cm) around each
+/// call). The CM holds the id's handler lock for the call, so whatever a teardown there waits
+/// for is ordered after that lock: freeing a CQ waits for the CQ's work item, a class shared by
+/// every CQ, and a CQ handler elsewhere may take a lock held around `rdma_destroy_id` (nvmet's
+/// configuration lock is one), which closes a cycle. Such teardowns are deferred.
+static CM_HANDLING: Tasks<16> = Tasks::new();
+
+/// Runs `f`, an rdma_cm event handler, recorded as such ([`in_cm_handler`]).
+pub(crate) fn cm_handling<R>(f: impl FnOnce() -> R) -> R {
+    let _mark = CM_HANDLING.enter();
+    f()
+}
+
+/// Whether the current task runs an rdma_cm event handler (or may: see [`Tasks`]).
+pub(crate) fn in_cm_handler() -> bool {
+    CM_HANDLING.has_current()
+}
+
 /// Whether the running task is a workqueue worker (`PF_WQ_WORKER`).
 pub(crate) fn in_worker() -> bool {
     // SAFETY: `rdma_in_worker` only reads the current task's flags.

@@ -24,7 +24,7 @@ use crate::{
     error::Result,
     rdma::{
         cq::Exclusive,
-        sync::{atomic, might_sleep},
+        sync::{atomic, in_cm_handler, might_sleep},
     },
 };
 use core::{mem::ManuallyDrop, sync::atomic::Ordering};
@@ -105,10 +105,10 @@ impl QpInner {
     }
 
     /// `EAGAIN` where a drain would sleep where it must not, or wait for itself (in a handler
-    /// of one of the QP's CQs).
+    /// of one of the QP's CQs), or in an rdma_cm event handler (see [`Qp::drain`]).
     fn check_may_drain(&self) -> Result {
         let k = &self.keep;
-        if atomic() || k.send_cq.in_handler() || k.recv_cq.in_handler() {
+        if atomic() || in_cm_handler() || k.send_cq.in_handler() || k.recv_cq.in_handler() {
             return Err(EAGAIN);
         }
         Ok(())
@@ -275,7 +275,13 @@ impl<S: State> Qp<S> {
     /// # Errors
     ///
     /// `EAGAIN` in atomic context or in a handler of one of the QP's CQs, where it would wait
-    /// for itself.
+    /// for itself, and in an rdma_cm event handler. A drain waits for the work items of the
+    /// QP's CQs, which may be shared (`ib_cq_pool_get`) with other ULPs whose completion
+    /// handlers take their own locks; under the id's handler lock that waiting would order
+    /// every one of those locks after the handler locks of all ids (nvmet-rdma, which drains
+    /// from its `release_work`, takes them in the other order). End a connection from a work
+    /// item instead ([`DropOutside`](crate::rdma::defer::DropOutside)); a QP dropped in a
+    /// handler is drained from one.
     pub fn drain(&self) -> Result {
         self.inner.drain(Queues::Both)
     }

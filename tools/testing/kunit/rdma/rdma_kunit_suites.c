@@ -169,6 +169,7 @@ RDMA_KUNIT_CASE(rdma_kunit_verbs_query)
 RDMA_KUNIT_CASE(rdma_kunit_verbs_ud_reply)
 RDMA_KUNIT_CASE(rdma_kunit_verbs_cm_options)
 RDMA_KUNIT_CASE(rdma_kunit_verbs_multicast)
+RDMA_KUNIT_CASE(rdma_kunit_verbs_cm_handler_no_drain)
 RDMA_KUNIT_CASE(rdma_kunit_verbs_cq_pool)
 RDMA_KUNIT_CASE(rdma_kunit_verbs_cq_pool_one_slot)
 RDMA_KUNIT_CASE(rdma_kunit_sound_last_refs_in_handler)
@@ -245,6 +246,7 @@ static struct kunit_case rdma_verbs_cases[] = {
 	KUNIT_CASE(rdma_kunit_verbs_ud_reply_case),
 	KUNIT_CASE(rdma_kunit_verbs_cm_options_case),
 	KUNIT_CASE(rdma_kunit_verbs_multicast_case),
+	KUNIT_CASE(rdma_kunit_verbs_cm_handler_no_drain_case),
 	KUNIT_CASE(rdma_kunit_verbs_cq_pool_case),
 	KUNIT_CASE_SLOW(rdma_kunit_verbs_cq_pool_one_slot_case),
 	KUNIT_CASE_SLOW(rdma_kunit_verbs_ctor_failures_case),

@@ -208,3 +208,90 @@ extern "C" fn rdma_kunit_verbs_multicast() -> c_int {
         leak_check()
     })())
 }
+
+/// What an rdma_cm handler found when it tried to drain a QP.
+#[pin_data]
+struct InHandler {
+    #[pin]
+    pair: Mutex<Option<RcPair>>,
+    #[pin]
+    drained: Mutex<Option<Result>>,
+    #[pin]
+    sig: Signal,
+}
+
+/// The handler of an id resolving an address: on `AddrResolved` it drains a QP, then drops
+/// the pair (under the id's handler lock).
+struct Drainer(Arc<InHandler>);
+
+impl Handler for Drainer {
+    fn event(&self, _id: &Id, event: CmEvent<'_, Self>) {
+        if !matches!(event, CmEvent::AddrResolved) {
+            return;
+        }
+        let pair = self.0.pair.lock().take();
+        let r = pair.as_ref().map_or(Err(EINVAL), |p| p.a.drain());
+        *self.0.drained.lock() = Some(r);
+        // Torn down from a work item: its drain waits for the pool CQ's work.
+        drop(pair);
+        self.0.sig.complete();
+    }
+}
+
+/// In an rdma_cm event handler (which runs under the id's handler lock), a QP on a shared pool
+/// CQ is not drained (`EAGAIN`: the wait for the CQ's work would be ordered after every id's
+/// handler lock); dropped there, it is torn down from a work item, and its receive still comes
+/// back flushed.
+#[no_mangle]
+extern "C" fn rdma_kunit_verbs_cm_handler_no_drain() -> c_int {
+    ret((|| {
+        let dev = rxe0()?;
+        let cq = Cq::from_pool(&dev, 128, Some(0), PollContext::Workqueue)?;
+        // The pool's CQs (one per vector, made by the first share) stay with the device.
+        let base = res_count()?;
+        let pair = rc_pair_on(
+            &Pd::new(&dev)?,
+            &cq,
+            &QpCaps::default(),
+            &RcParams::default(),
+        )?;
+        let s = sink::<DmaBuf>()?;
+        post_recv(&pair.b, &s, 64)?;
+        let state = Arc::pin_init(
+            pin_init!(InHandler {
+                pair <- new_mutex!(Some(pair)),
+                drained <- new_mutex!(None),
+                sig <- Signal::new(),
+            }),
+            GFP_KERNEL,
+        )?;
+        let id = CmId::new(PortSpace::Tcp, Drainer(state.clone()))?;
+        id.resolve_addr(
+            None,
+            SockAddrV4 {
+                ip: [10, 77, 0, 1],
+                port: 0,
+            },
+            2000,
+        )?;
+        if state.sig.wait_timeout(WAIT_MS).is_err() {
+            pr_err!("no address resolution event\n");
+            return Err(ETIMEDOUT);
+        }
+        let drained = state.drained.lock().take();
+        check!(
+            drained == Some(Err(EAGAIN)),
+            "a drain in an rdma_cm handler: {:?}",
+            drained
+        );
+        let back = s.wait(1)?;
+        check!(
+            back[0].status == WcStatus::WrFlushErr,
+            "the receive of the QP dropped in the handler: {:?}",
+            back[0].status
+        );
+        drop((id, cq, back));
+        settle(c_str!("rxe0"), base, 10_000)?;
+        leak_check()
+    })())
+}
