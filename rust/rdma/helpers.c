@@ -205,6 +205,29 @@ void rust_helper_rdma_cq_quiesce(struct ib_cq *cq)
 	}
 }
 
+/*
+ * Gives the work item of a CQ that kernel::rdma allocated a lockdep class of
+ * its own. Every CQ's work item shares the class of ib_alloc_cq's INIT_WORK,
+ * so lockdep joins what kernel::rdma's handlers and teardowns do with what any
+ * other ULP's CQ handlers do: nvmet's take nvmet_config_sem, which nvmet holds
+ * around rdma_destroy_id, and a drain or free of one of our CQs under an
+ * rdma_cm handler's lock then reads as a cycle through two unrelated CQs.
+ * Dependencies among kernel::rdma's own CQs are still all tracked, in this
+ * class. Called right after the CQ is allocated: no QP uses it, so its work
+ * item has never been queued.
+ */
+void rust_helper_rdma_cq_own_class(struct ib_cq *cq)
+{
+#ifdef CONFIG_LOCKDEP
+	static struct lock_class_key key;
+
+	if (cq->poll_ctx == IB_POLL_WORKQUEUE ||
+	    cq->poll_ctx == IB_POLL_UNBOUND_WORKQUEUE)
+		lockdep_init_map(&cq->work.lockdep_map,
+				 "(work_completion)(kernel::rdma cq)", &key, 0);
+#endif
+}
+
 int rust_helper_ib_dma_map_sg(struct ib_device *dev, struct scatterlist *sg,
 			      int nents, enum dma_data_direction dir)
 {

@@ -23,7 +23,7 @@ use crate::{
         defer::{Deferred, Teardown},
         owner::{Hold, Owner},
         qp::CreatedOn,
-        sync::{atomic, current, in_worker, might_sleep},
+        sync::{atomic, cm_handling, current, in_worker, might_sleep},
     },
     sync::{Arc, Mutex},
     types::Opaque,
@@ -102,7 +102,7 @@ impl Ctx {
     /// Runs `f` as the task that holds the id's handler lock (the CM holds it for the call).
     fn locked(&self, f: impl FnOnce()) {
         self.locked_by.store(current(), Ordering::Release);
-        f();
+        cm_handling(f);
         self.locked_by
             .store(core::ptr::null_mut(), Ordering::Release);
     }

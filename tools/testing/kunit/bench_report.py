@@ -49,6 +49,7 @@ PEER_TOOL = {
     "cross_send": "ib_send_bw",
     "cross_write": "ib_write_bw",
     "blk": "nvme-rdma (fio)",
+    "nvmf": "nvmet-rdma (fio)",
 }
 # A case is bounded by rxe when the faster side reaches this share of what rxe alone
 # allows for its message size (see rxe_ceiling), and is not above it by more than the noise:
@@ -258,11 +259,15 @@ SECTION_TITLE = {
     1: "Block devices on rxe0 (loopback): rdma_rust_blk (ULP) against nvme-rdma (peer), "
        "fio on both, IOPS / MB/s and CPU us per I/O:",
     2: "Two guests, one RoCE host each (a serves, b sends):",
+    3: "NVMe over Fabrics on rxe0 (loopback): the nvme-rdma host against rdma_rust_nvmet (ULP) "
+       "and nvmet-rdma (peer), fio on both, IOPS / MB/s and CPU us per I/O:",
 }
 
 
 def section(name):
     """The table's sections: one-guest verbs cases, the block cases, two-guest cases."""
+    if name.startswith("nvmf_"):
+        return 3
     return 2 if name.startswith("cross_") else 1 if name.startswith("blk_") else 0
 
 

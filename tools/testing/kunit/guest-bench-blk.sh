@@ -224,22 +224,23 @@ blkb_one() {
 		bench_say "run case=${case}_lat side=$side round=$round value=$4 p99=$5 msgs=$1 cpu_us=$cpu"
 }
 
-# blkb_compare PEER_DEV ULP_DEV: the block cases on two disks that are up: a
-# verified pattern on each, then the timed rounds (the peer column's figures
-# from /dev/PEER_DEV, the ULP's from /dev/ULP_DEV); rdma_rust_blk's status.
+# blkb_compare PEER_DEV ULP_DEV [OP]: the block cases on two disks that are up:
+# a verified pattern on each, then the timed rounds (the peer column's figures
+# from /dev/PEER_DEV, the ULP's from /dev/ULP_DEV). OP (default blk) names the
+# cases (OP_randread_4k_qd1, ...) and their op.
 blkb_compare() {
-	local peer=$1 ulp=$2 r c k rw bs qd what side d
-	echo "$BLKB_CASES" | grep . > /tmp/blkb-cases
+	local peer=$1 ulp=$2 op=${3:-blk} r c k rw bs qd what side d
+	echo "$BLKB_CASES" | grep . | sed "s/^blk_/${op}_/" > /tmp/blkb-cases
 	while read -r c k rw bs qd; do
-		bench_say "case case=$c kind=$k op=blk size=$(( ${bs%k} * 1024 ))"
-		[ "$qd" != 1 ] || bench_say "case case=${c}_lat kind=blklat op=blk size=$(( ${bs%k} * 1024 ))"
+		bench_say "case case=$c kind=$k op=$op size=$(( ${bs%k} * 1024 ))"
+		[ "$qd" != 1 ] || bench_say "case case=${c}_lat kind=blklat op=$op size=$(( ${bs%k} * 1024 ))"
 	done < /tmp/blkb-cases
 	for side in peer ulp; do
 		if [ $side = peer ]; then c=$peer; else c=$ulp; fi
 		if what=$(blkb_check "$c"); then
-			bench_say "check case=blk_$side ok fio wrote and verified (crc32c)$what on /dev/$c"
+			bench_say "check case=${op}_$side ok fio wrote and verified (crc32c)$what on /dev/$c"
 		else
-			bench_say "check case=blk_$side FAIL"
+			bench_say "check case=${op}_$side FAIL"
 		fi
 	done
 	for r in $(seq 1 "$BENCH_ROUNDS"); do
@@ -250,7 +251,6 @@ blkb_compare() {
 			done
 		done < /tmp/blkb-cases
 	done
-	bench_say "note blk: rdma_rust_blk status: $(tr '\n' ' ' < /sys/kernel/debug/rdma_rust_blk/status)"
 }
 
 # bench_blk: both disks up, the block cases on them, both down; the RDMA
@@ -262,11 +262,70 @@ bench_blk() {
 	rrbd=$(blkb_rrbd_up) || { bench_say "fail case=blk_setup side=ulp round=0 (rdma_rust_blk)"; blkb_nvme_down; return 1; }
 	bench_say "note blk: peer /dev/$nvme (nvmet-rdma, brd namespace prewritten, nvme-rdma host), ulp /dev/$rrbd; $BLKB_MB MiB each, $BLKB_QUEUES queues of depth $BLKB_DEPTH; fio $(/usr/bin/fio --version) libaio O_DIRECT"
 	blkb_compare "$nvme" "$rrbd"
+	bench_say "note blk: rdma_rust_blk status: $(tr '\n' ' ' < /sys/kernel/debug/rdma_rust_blk/status)"
 	blkb_rrbd_down
 	blkb_nvme_down
 	if wait_for 10 resources_but_pool_same_as /tmp/blkb-res; then
 		bench_say "resources back to where they were after the block cases (but the core's CQ pool: $(pool_cqs) idle CQs)"
 	else
 		bench_say "fail case=blk_resources: LEFT BEHIND by the block cases: $(rdma resource show | tr '\n' ';')"
+	fi
+}
+
+# --- NVMe over Fabrics: rdma_rust_nvmet against nvmet-rdma --------------------
+# The same host (nvme-rdma, nvme-cli) and the same fio jobs on two targets in
+# the same boot: nvmet-rdma with its brd namespace (blkb_nvme_up, port 4420)
+# as the peer, rdma_rust_nvmet with a RAM namespace of the same size (port
+# 4422, configured through its configfs tree as nvmet's is) as the ULP; both
+# with BLKB_QUEUES I/O queues of depth BLKB_DEPTH.
+NVMF_NQN=rdma-bench-rust
+NVMF_CFS=/sys/kernel/config/rdma_rust_nvmet
+
+# nvmf_rust_up: rdma_rust_nvmet's subsystem, namespace and port, and the stock
+# host connected to it; prints the disk's name (the nvmeXn1 that is new).
+nvmf_rust_up() {
+	local p=$NVMF_CFS/ports/2 s=$NVMF_CFS/subsystems/$NVMF_NQN id d before
+	insmod /lib/modules/extra/rdma_rust_nvmet.ko || return 1
+	mkdir $s && echo 1 > $s/attr_allow_any_host && mkdir $s/namespaces/1 &&
+		echo $((BLKB_MB * 1048576)) > $s/namespaces/1/size && echo 1 > $s/namespaces/1/enable &&
+		mkdir $p && echo rdma > $p/addr_trtype && echo ipv4 > $p/addr_adrfam &&
+		echo $BENCH_ADDR > $p/addr_traddr && echo 4422 > $p/addr_trsvcid &&
+		ln -s $s $p/subsystems/$NVMF_NQN || return 1
+	before=$(ls /sys/block | grep '^nvme[0-9]*n1$')
+	id=$(cat /proc/sys/kernel/random/uuid)
+	/usr/bin/nvme connect -t rdma -a $BENCH_ADDR -s 4422 -n $NVMF_NQN -i $BLKB_QUEUES -Q $BLKB_DEPTH \
+		--hostnqn=nqn.2014-08.org.nvmexpress:uuid:$id --hostid=$id >&2 || return 1
+	for _ in $(seq 1 50); do
+		d=$(ls /sys/block | grep '^nvme[0-9]*n1$' | grep -vxF "$before" | head -n 1)
+		[ -z "$d" ] || { echo "$d"; return 0; }
+		sleep 0.2
+	done
+	return 1
+}
+nvmf_rust_down() {
+	/usr/bin/nvme disconnect -n $NVMF_NQN > /dev/null
+	rm -f $NVMF_CFS/ports/2/subsystems/$NVMF_NQN
+	rmdir $NVMF_CFS/ports/2
+	echo 0 > $NVMF_CFS/subsystems/$NVMF_NQN/namespaces/1/enable
+	rmdir $NVMF_CFS/subsystems/$NVMF_NQN/namespaces/1 $NVMF_CFS/subsystems/$NVMF_NQN
+	rmmod rdma_rust_nvmet
+}
+
+# bench_nvmf: both targets up with a disk each, the block cases on them
+# (named nvmf_*), both down; the RDMA resources back to where they were.
+bench_nvmf() {
+	local nvme rust
+	rdma_resources_but_pool > /tmp/blkb-res
+	nvme=$(blkb_nvme_up) || { bench_say "fail case=nvmf_setup side=peer round=0 (nvmet-rdma)"; return 1; }
+	rust=$(nvmf_rust_up) || { bench_say "fail case=nvmf_setup side=ulp round=0 (rdma_rust_nvmet)"; blkb_nvme_down; return 1; }
+	bench_say "note nvmf: peer /dev/$nvme (nvmet-rdma, brd namespace prewritten), ulp /dev/$rust (rdma_rust_nvmet, RAM namespace); the nvme-rdma host on both; $BLKB_MB MiB each, $BLKB_QUEUES queues of depth $BLKB_DEPTH; fio $(/usr/bin/fio --version) libaio O_DIRECT"
+	blkb_compare "$nvme" "$rust" nvmf
+	bench_say "note nvmf: rdma_rust_nvmet status: $(tr '\n' ' ' < /sys/kernel/debug/rdma_rust_nvmet/status)"
+	nvmf_rust_down
+	blkb_nvme_down
+	if wait_for 10 resources_but_pool_same_as /tmp/blkb-res; then
+		bench_say "resources back to where they were after the NVMe-oF cases (but the core's CQ pool: $(pool_cqs) idle CQs)"
+	else
+		bench_say "fail case=nvmf_resources: LEFT BEHIND by the NVMe-oF cases: $(rdma resource show | tr '\n' ';')"
 	fi
 }

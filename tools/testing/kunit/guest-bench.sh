@@ -540,6 +540,11 @@ mode_bench() {
 	case ",$only," in
 	,, | *,blk,*) bench_blk ;;
 	esac
+	# rdma_rust_nvmet against nvmet-rdma, the stock host on both:
+	# rdmatest.cases=nvmf runs only those.
+	case ",$only," in
+	,, | *,nvmf,*) bench_nvmf ;;
+	esac
 	if [ -z "$only" ]; then
 		bench_floor
 		bench_alloc

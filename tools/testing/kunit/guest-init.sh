@@ -235,6 +235,7 @@ mode_test() {
 	traffic) setup_loopback; ulp_traffic; return ;;
 	samples) setup_loopback; samples_suite; return ;;
 	blk) setup_loopback; blk_suite; return ;;
+	nvmet) setup_loopback; nvmet_suite; return ;;
 	stress) setup_loopback; stress_suite 2 100 10000 10000; return ;;
 	esac
 	setup_suite
@@ -261,6 +262,7 @@ mode_test() {
 
 	samples_suite
 	blk_suite
+	nvmet_suite
 
 	# rdma_cm + RC traffic on one rxe device, from user space (the peer the ULP
 	# will later talk to): checks the image and the device, and gives a baseline.
@@ -522,9 +524,14 @@ mode_run() {
 . /lib/rdmatest/ulp.sh
 . /lib/rdmatest/peers.sh
 . /lib/rdmatest/bench.sh
+. /lib/rdmatest/nvmet-hostile.sh
 . /lib/rdmatest/bench-blk.sh
 . /lib/rdmatest/stress.sh
 . /lib/rdmatest/blk.sh
+. /lib/rdmatest/nvmet.sh
+. /lib/rdmatest/nvmet-paths.sh
+. /lib/rdmatest/nvmet-cfs.sh
+. /lib/rdmatest/nvmet-peers.sh
 
 case "$mode" in
 test) mode_test ;;

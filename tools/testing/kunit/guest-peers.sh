@@ -267,12 +267,16 @@ cm_peer_b_link_delete_client() {
 KILL_BOUND_S=15
 VICTIM=10.88.0.2 SURVIVOR=10.88.0.1
 # victim_serve: the victim's side; ends with the host killing this guest. rxe0
-# and the ULP come back if an earlier test took them away.
+# and the ULP come back if an earlier test took them away. VICTIM_ALSO, if
+# set, is a command that sets up more for the survivor to see killed (after
+# the survivor's baseline: what it sets up must be gone when the survivor
+# checks that everything is back); its failure is logged, and the kill goes on.
 victim_serve() {
 	local id ea
 	[ -e /sys/class/infiniband/rxe0 ] || add_rxe rxe0 eth0 || return 1
 	[ -d $ULP ] || insmod $ULP_KO || return 1
 	[ "$(nc_recv 5031)" = listening ] || { echo "the survivor did not start"; return 1; }
+	[ -z "${VICTIM_ALSO:-}" ] || $VICTIM_ALSO || kmsg "rdmatest: peer kill: '$VICTIM_ALSO' failed"
 	ulp_ctl start role=server dev=rxe0 mode=rc op=send size=4096 count=$HUGE || return 1
 	id=$(ulp_last_id)
 	nc_send $SURVIVOR 5032 "$(ulp_endpoint "$id")" || return 1
@@ -345,6 +349,7 @@ survivor_cycle() {
 	done
 	nc_send $VICTIM 5035 kill || { ulp_ctl stop all; echo "the victim did not take the word"; return 1; }
 	kill_t0=$(uptime_ms)
+	kmsg "rdmatest: peer kill: asked"
 	kill_watch "$rc" "$cm" || why="$why; runs did not end in time"
 	kmsg "rdmatest: peer kill: retransmissions after the kill: $(retries rxe0)"
 	ulp_row "$rc"; ulp_row "$cm" | tail -n 1; ulp_row "$srv" | tail -n 1
@@ -410,14 +415,18 @@ mode_peer_a() {
 
 	# rdma_rust_blk between the guests (guest-blk.sh): b is the target.
 	mode_blk_peer_a
+	# The NVMe-oF target, b the host (guest-nvmet-peers.sh).
+	mode_nvmet_peer_target
 
-	# Last: b is killed mid-connection.
+	# Last: b is killed mid-connection, a controller of b's host on the
+	# target too; the target's side of that is rdma_nvmet_peer_kill.
 	suite_begin rdma_peer_a_kill
 	check ulp_insmod insmod $ULP_KO
 	check peer_killed_mid_connection survivor_cycle
 	check ulp_rmmod timeout 30 rmmod rdma_rust_ulp
 	check blk_rmmod timeout 30 rmmod rdma_rust_blk
 	suite_end
+	mode_nvmet_peer_kill
 }
 
 mode_peer_b() {
@@ -462,7 +471,11 @@ mode_peer_b() {
 	suite_end
 	# rdma_rust_blk between the guests (guest-blk.sh): this guest is the target.
 	mode_blk_peer_b
-	# Last: peer-a's peer_killed_mid_connection kills this guest.
+	# The stock NVMe-oF host to a's target (guest-nvmet-peers.sh).
+	mode_nvmet_peer_host
+	# Last: peer-a's peer_killed_mid_connection kills this guest, with a
+	# controller on a's target whose keep-alive then stops.
+	[ -n "$nvmt_skip" ] || VICTIM_ALSO=nvmp_keep_alive_connect
 	victim_serve
 }
 

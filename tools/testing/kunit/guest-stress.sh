@@ -305,12 +305,29 @@ long_ud() {
 	stress_say "ud datagrams=$1 received=$(ulp_stat "$id" received) lost=$(ulp_stat "$id" lost)"
 }
 
-# stress_suite CYCLES HOSTILE RC_MSGS UD_MSGS [PINGS]: the fault suite, as the
-# KTAP suite rdma_stress; PINGS rping round trips each way with long_rping
-# (`make stress` only: make test's rdma_ulp_cm makes a hundred). Needs rxe0
-# and rxe1, and the ULP not loaded.
+# nvmet_fuzz_cycle N: the NVMe-oF target's hostile host, a seeded stream of N
+# random capsules and connection requests (guest-nvmet-hostile.sh), beside a
+# stock host's connection, on rxe1; the target and nvme-rdma loaded for it and
+# gone after, and rxe1 deleted and added again: the stock host's CQs stay in
+# the core's CQ pool of the device (ib_cq_pool_get) until the device goes.
+nvmet_fuzz_cycle() {
+	local rc=0
+	insmod /lib/modules/extra/rdma_rust_nvmet.ko || { echo "insmod rdma_rust_nvmet failed"; return 1; }
+	nvh_setup 10.77.1.1 && nvmet_hostile_fuzz "$1" || rc=1
+	nvh_stock_disconnect || rc=1
+	timeout 60 rmmod rdma_rust_nvmet || { echo "rmmod rdma_rust_nvmet failed"; rc=1; }
+	modprobe -r nvme-rdma || { echo "modprobe -r nvme-rdma failed"; rc=1; }
+	timeout 60 rdma link delete rxe1 && add_rxe rxe1 veth1 || { echo "rxe1 did not come back"; rc=1; }
+	return $rc
+}
+
+# stress_suite CYCLES HOSTILE RC_MSGS UD_MSGS [PINGS [NVMET_FUZZ]]: the fault
+# suite, as the KTAP suite rdma_stress; PINGS rping round trips each way with
+# long_rping (`make stress` only: make test's rdma_ulp_cm makes a hundred);
+# NVMET_FUZZ capsules of the NVMe-oF target's fuzz stream (default 200). Needs
+# rxe0 and rxe1, and the ULP not loaded.
 stress_suite() {
-	local cycles=$1 nhostile=$2 nrc=$3 nud=$4 nping=${5:-0}
+	local cycles=$1 nhostile=$2 nrc=$3 nud=$4 nping=${5:-0} nfuzz=${6:-200}
 	suite_begin rdma_stress
 	: > /tmp/stress-why
 	baseline none
@@ -322,6 +339,7 @@ stress_suite() {
 		[ ! -s /tmp/stress-why ] || { cat /tmp/stress-why > /dev/console; : > /tmp/stress-why; }
 	done
 	check hostile_ctl stress_kind hostile 1 hostile_ctl "$nhostile"
+	check nvmet_fuzz stress_kind nvmet_fuzz 1 nvmet_fuzz_cycle "$nfuzz"
 	check long_rc stress_kind long_rc 1 long_rc "$nrc"
 	check long_ud stress_kind long_ud 1 long_ud "$nud"
 	[ "$nping" = 0 ] || check long_rping stress_kind long_rping 1 long_rping "$nping"
@@ -402,17 +420,18 @@ link_add_profile() {
 }
 
 # `make stress`: one guest, the full counts (rdmatest.cycles, .hostile,
-# .rc_messages, .ud_datagrams, .rpings on the command line).
+# .rc_messages, .ud_datagrams, .rpings, .nvmet_fuzz on the command line).
 mode_stress() {
-	local cycles nhostile nrc nud
+	local cycles nhostile nrc nud nfuzz
 	cycles=$(arg rdmatest.cycles); cycles=${cycles:-100}
 	nhostile=$(arg rdmatest.hostile); nhostile=${nhostile:-1000}
 	nrc=$(arg rdmatest.rc_messages); nrc=${nrc:-1000000}
 	nud=$(arg rdmatest.ud_datagrams); nud=${nud:-100000}
 	nping=$(arg rdmatest.rpings); nping=${nping:-1000}
+	nfuzz=$(arg rdmatest.nvmet_fuzz); nfuzz=${nfuzz:-10000}
 	setup_suite
 	link_add_profile rxe1 veth1
-	stress_suite "$cycles" "$nhostile" "$nrc" "$nud" "$nping"
+	stress_suite "$cycles" "$nhostile" "$nrc" "$nud" "$nping" "$nfuzz"
 	# The release kernel has no kmemleak: the debug kernel's run checks leaks.
 	[ "$(arg rdmatest.flavor)" = release ] || leak_suite
 }

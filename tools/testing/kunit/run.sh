@@ -10,8 +10,11 @@
 #   run.sh stress the fault suite on FLAVOR's kernel (guest-stress.sh): its
 #                 report, then "N passed, N failed" like `test`
 #
-# Environment: ONLY (one suite: kunit, traffic, cm, samples, blk, stress, or
-# peers), RDMA_RUST_CACHE (build cache), RDMA_RUST_LOGS (logs), SERIAL
+# Environment: ONLY (one suite: kunit, traffic, cm, samples, blk, nvmet,
+# stress, or peers), NVMET_TARGET (the targets of the nvmet suite: c, the
+# kernel's nvmet-rdma; rust, rdma_rust_nvmet; both, the default when this tree
+# has drivers/rdma_rust_nvmet, else c), RDMA_RUST_CACHE (build cache),
+# RDMA_RUST_LOGS (logs), SERIAL
 # (1: the topologies one after the other, the default below four cores),
 # VM_TIMEOUT (seconds per boot, default 1800, bench 4200, `stress`: 7200), STRESS_KILLS (`stress`: times
 # the peer guest is killed mid-connection, default 5), STRESS_PART (`stress`: guest or
@@ -21,6 +24,7 @@
 # rdma_cm suite there, rdmatest.only=traffic only the ULP traffic suite,
 # rdmatest.only=stress only the fault suite's short version,
 # rdmatest.only=samples only the samples/ suite, rdmatest.only=blk only rdma_rust_blk's,
+# rdmatest.only=nvmet only the NVMe-oF target's,
 # rdmatest.only=kunit only the KUnit suites and the module unload check, for
 # quick iterations).
 . "$(dirname "$0")/lib.sh"
@@ -31,9 +35,25 @@ mode=${1:-test}
 case ${ONLY:-} in
 '') ;;
 peers) TOPOLOGY=peers ;;
-kunit | traffic | cm | samples | blk | stress)
+kunit | traffic | cm | samples | blk | nvmet | stress)
 	TOPOLOGY=loopback RDMATEST_EXTRA="rdmatest.only=$ONLY ${RDMATEST_EXTRA:-}" ;;
-*) die "ONLY=$ONLY: one of kunit, traffic, cm, samples, blk, stress (the loopback guest's suites) or peers" ;;
+*) die "ONLY=$ONLY: one of kunit, traffic, cm, samples, blk, nvmet, stress (the loopback guest's suites) or peers" ;;
+esac
+# The nvmet suite's targets: the Rust one only where this tree builds it (the
+# module cache is shared between clones), and nvmet-rdma beside it as the
+# reference that tells the target's failures from the script's.
+if [ -z "${NVMET_TARGET:-}" ]; then
+	if [ -d "$PROJECT_DIR/drivers/rdma_rust_nvmet" ]; then
+		NVMET_TARGET=both
+	else
+		NVMET_TARGET=c
+	fi
+fi
+case $NVMET_TARGET in
+c) nvmet_suites=rdma_nvmet_c ;;
+rust) nvmet_suites=rdma_nvmet_rust,rdma_nvmet_configfs,rdma_nvmet_hostile ;;
+both) nvmet_suites=rdma_nvmet_c,rdma_nvmet_rust,rdma_nvmet_configfs,rdma_nvmet_hostile ;;
+*) die "NVMET_TARGET=$NVMET_TARGET: c (nvmet-rdma), rust (rdma_rust_nvmet) or both" ;;
 esac
 # A guest's timeout is there to catch a hang, not to time the suites. The
 # loopback guest of make test takes about 6 min on a 2-core host (2026-11-28,
@@ -52,8 +72,8 @@ t0=$(date +%s)
 lock_tree
 # SKIP_BUILD=1 re-runs the VMs on what was built last.
 [ -n "${SKIP_BUILD:-}" ] || "$KUNIT_DIR/build.sh"
-# The bench guests' image has fio and nvme-cli too.
-[ "$mode" != bench ] || export BENCH_INITRD=1
+# The bench guests and make test's loopback guest boot the image with fio and
+# nvme-cli when they run the nvmet suite (all or ONLY=nvmet).
 "$KUNIT_DIR/mkinitramfs.sh"
 t_build=$(($(date +%s) - t0))
 
@@ -66,8 +86,17 @@ boot=$run_dir/boot
 mkdir -p "$boot"
 cp "${BZIMAGE:-$KSRC/arch/x86/boot/bzImage}" "$boot/bzImage"
 cp "$IMAGES/initramfs.cpio.gz" "$boot/"
-# Only a bench boots the image with fio and nvme-cli (44 MB).
-[ "$mode" != bench ] || cp "$IMAGES/initramfs-bench.cpio.gz" "$boot/"
+# Only a bench and the nvmet suites boot the image with fio and nvme-cli (44 MB):
+# the loopback guest when it runs its nvmet suite, the test topology's peers
+# always (the NVMe-oF suites between them, guest-nvmet-peers.sh).
+nvmet_image= peers_image=
+case "$mode:${RDMATEST_EXTRA:-}" in
+bench:* | test:*rdmatest.only=nvmet*) nvmet_image=1 ;;
+test:*rdmatest.only=*) ;;
+test:*) nvmet_image=1 ;;
+esac
+[ "$mode" != test ] || [ "$TOPOLOGY" = loopback ] || peers_image=1
+[ -z "$nvmet_image$peers_image" ] || cp "$IMAGES/initramfs-bench.cpio.gz" "$boot/"
 unlock_tree
 trap 'rm -rf "$boot"' EXIT
 BZIMAGE=$boot/bzImage
@@ -198,7 +227,7 @@ kill_pair() {
 # loopback guest has more to do: the peers take the CPU it leaves (VM_NICE).
 test_peers() {
 	local common="rdmatest.count=$PEER_COUNT rdmatest.size=$PEER_SIZE"
-	VM_NICE=10 peers peer-a "rdmatest=peer-a $common ib_core.force_mr=1" \
+	VM_NICE=10 VM_INITRD=${peers_image:+$IMAGES/initramfs-bench.cpio.gz} peers peer-a "rdmatest=peer-a $common ib_core.force_mr=1" \
 		peer-b "rdmatest=peer-b $common"
 }
 
@@ -327,7 +356,8 @@ if [ "$mode" = stress ]; then
 fi
 if [ "$TOPOLOGY" != peers ] && [ "$TOPOLOGY" != none ]; then
 	log "one guest, loopback topology (log: $run_dir/loopback.log)"
-	vm loopback "rdmatest=test ${RDMATEST_EXTRA:-}" -smp 2 -net none &
+	VM_INITRD=${nvmet_image:+$IMAGES/initramfs-bench.cpio.gz} \
+		vm loopback "rdmatest=test rdmatest.nvmet_target=$NVMET_TARGET ${RDMATEST_EXTRA:-}" -smp 2 -net none &
 	lpid=$!
 fi
 if [ "$TOPOLOGY" != loopback ] && [ "$TOPOLOGY" != none ]; then
@@ -354,13 +384,15 @@ if [ "$TOPOLOGY" != peers ] && [ "$TOPOLOGY" != none ]; then
 	*rdmatest.only=stress*) expect+=,rdma_stress ;;
 	*rdmatest.only=samples*) expect+=,rdma_samples ;;
 	*rdmatest.only=blk*) expect+=,rdma_blk ;;
-	*) expect+=,rdma_setup,$kunit,rdma_rust_ulp,rdma_ulp_traffic,rdma_ulp_cm,rdma_samples,rdma_blk,rdma_loopback,rdma_stress,rdma_leaks ;;
+	*rdmatest.only=nvmet*) expect+=,$nvmet_suites ;;
+	*) expect+=,rdma_setup,$kunit,rdma_rust_ulp,rdma_ulp_traffic,rdma_ulp_cm,rdma_samples,rdma_blk,$nvmet_suites,rdma_loopback,rdma_stress,rdma_leaks ;;
 	esac
 fi
 if [ "$TOPOLOGY" != loopback ] && [ "$TOPOLOGY" != none ]; then
 	guests+=(--guest "peer_a=$run_dir/peer-a.log=$(cat "$run_dir/peer-a.status")")
 	guests+=(--guest "peer_b=$run_dir/peer-b.log=$(cat "$run_dir/peer-b.status")")
 	expect+=,rdma_peer_a,rdma_peer_b,rdma_storage_mr,rdma_blk_peer_a,rdma_blk_peer_b,rdma_peer_a_kill
+	expect+=,rdma_nvmet_peer_target,rdma_nvmet_peer_host,rdma_nvmet_peer_kill
 fi
 
 python3 "$KUNIT_DIR/ktap_collect.py" --expect "$expect" "${guests[@]}" \
@@ -368,6 +400,8 @@ python3 "$KUNIT_DIR/ktap_collect.py" --expect "$expect" "${guests[@]}" \
 python3 "$KSRC/tools/testing/kunit/kunit.py" parse --json="$run_dir/results.json" \
 	< "$run_dir/results.ktap" | tee "$run_dir/kunit.txt" || true
 grep -h 'rdmatest: rping\|rdmastress: peer kill' "$run_dir"/peer-[ab].log 2>/dev/null | sed 's/^\[[ 0-9.]*\] //' || true
+# Why a suite skipped all its rows (the KTAP report shows only that it did).
+grep -h 'rdmatest: .*: every row skipped: ' "$run_dir"/loopback.log 2>/dev/null | sed 's/^\[[ 0-9.]*\] //' || true
 # Where each guest's time went: its ten slowest checks (the log has them all).
 for f in "$run_dir"/*.log; do
 	g=${f##*/}
