@@ -35,8 +35,6 @@ mod queue;
 mod port;
 // The hostile host of the tests (the file `probe`): it uses the wire formats only.
 mod hostile;
-// The test hook: configuration through a debugfs file, until configfs is there.
-mod ctl;
 // The configfs tree, /sys/kernel/config/rdma_rust_nvmet: nvmet's configuration interface.
 mod configfs;
 
@@ -171,7 +169,6 @@ impl kernel::Module for RustNvmet {
                 return Err(e);
             }
         };
-        files.control::<Ctl>(c_str!("ctl"));
         files.show::<Status>(c_str!("status"));
         files.control::<ProbeFile>(c_str!("probe"));
         let configfs = match configfs::register() {
@@ -210,18 +207,6 @@ impl Drop for RustNvmet {
     }
 }
 
-/// `ctl`: one configuration command per write (see [`ctl`]).
-struct Ctl;
-
-impl ControlFile for Ctl {
-    const MAX_LEN: usize = 512;
-
-    fn write(data: &[u8]) -> Result {
-        let s = state()?;
-        ctl::command(&s.target, &s.ports, &s.subsystems, data)
-    }
-}
-
 /// `probe`: a hostile host's probe or fuzz stream (see [`hostile`]).
 struct ProbeFile;
 
@@ -244,6 +229,13 @@ impl ShowFile for Status {
         for p in s.ports.lock().iter() {
             writeln!(w, "port {} connections {}", p.conf.id, p.connections())
                 .map_err(|_| EINVAL)?;
+            let [commands, in_capsule, fetched] = p.counters();
+            writeln!(
+                w,
+                "port {} commands {commands} in_capsule {in_capsule} fetched {fetched}",
+                p.conf.id
+            )
+            .map_err(|_| EINVAL)?;
         }
         writeln!(w, "controllers {}", s.target.count()).map_err(|_| EINVAL)?;
         Ok(())

@@ -234,15 +234,17 @@ impl Port {
         self.link.lock().sessions.iter().flatten().count()
     }
 
-    /// Forces the QPs of the port's connections into the error state, as a fatal device error
-    /// would; how many. Process context.
-    pub(crate) fn fail(&self) -> usize {
-        let l = self.link.lock();
-        l.sessions
-            .iter()
-            .flatten()
-            .filter(|s| s.queue.force_error())
-            .count()
+    /// The counters of the live connections' queues, summed: capsules received, capsules with
+    /// in-capsule data, commands whose data was read by RDMA READ.
+    pub(crate) fn counters(&self) -> [u64; 3] {
+        let mut n = [0u64; 3];
+        for s in self.link.lock().sessions.iter().flatten() {
+            let q = &s.queue;
+            n[0] += q.commands.load(Ordering::Relaxed);
+            n[1] += q.in_capsule.load(Ordering::Relaxed);
+            n[2] += q.fetched.load(Ordering::Relaxed);
+        }
+        n
     }
 
     fn take_session(&self, id: &Id) -> Option<DropOutside<Session>> {

@@ -17,7 +17,7 @@
 # of random capsules and connection requests (make stress). Both need
 # rdma_rust_nvmet loaded, rxe on ADDR, and guest-init.sh's helpers (check,
 # mark, since_mark, wait_for, SPLATS). The target is configured through its
-# debugfs file `ctl` until the configfs tree replaces it.
+# configfs tree (nvh_setup) and emptied before it is unloaded (nvh_unload).
 #
 # Sourced by guest-init.sh (through the nvmet suite and guest-stress.sh).
 
@@ -34,21 +34,60 @@ HOSTILE_SVC=4444
 HOSTILE_SIZE=16777216
 HOSTILE_BLOCKS=4096
 
-# nvh_ctl WORDS...: one configuration command of the target
-nvh_ctl() { echo "$*" > $HOSTILE_DBG/ctl || { echo "ctl '$*' refused"; return 1; }; }
+# nvh_cfs: rdma_rust_nvmet's configfs tree (configfs mounted if it is not)
+nvh_cfs() {
+	grep -q ' /sys/kernel/config configfs ' /proc/mounts ||
+		mount -t configfs none /sys/kernel/config || return 1
+	echo /sys/kernel/config/rdma_rust_nvmet
+}
 
 # nvh_setup ADDR: the rows' subsystem (namespace 1 of 16 MiB, the probe's
 # and the stock host's NQNs allowed, no other), the fuzz stream's (any host),
-# both on a port of their own at ADDR:4444.
+# both on a port of their own at ADDR:4444; configured through the configfs
+# tree, as a user configures the target.
 nvh_setup() {
+	local c s f p h
 	HOSTILE_ADDR=$1
 	[ -w $HOSTILE_DBG/probe ] || { echo "no $HOSTILE_DBG/probe: is rdma_rust_nvmet loaded?"; return 1; }
-	nvh_ctl subsys $HOSTILE_NQN && nvh_ctl host $HOSTILE_NQN $HOSTILE_HOST &&
-		nvh_ctl host $HOSTILE_NQN $HOSTILE_STOCK && nvh_ctl ns $HOSTILE_NQN 1 $HOSTILE_SIZE &&
-		nvh_ctl subsys $HOSTILE_FUZZ_NQN any && nvh_ctl ns $HOSTILE_FUZZ_NQN 1 $HOSTILE_SIZE &&
-		nvh_ctl port $HOSTILE_PORT_ID "$1" $HOSTILE_SVC &&
-		nvh_ctl link $HOSTILE_PORT_ID $HOSTILE_NQN && nvh_ctl link $HOSTILE_PORT_ID $HOSTILE_FUZZ_NQN
+	c=$(nvh_cfs) || { echo "configfs is not mounted"; return 1; }
+	s=$c/subsystems/$HOSTILE_NQN f=$c/subsystems/$HOSTILE_FUZZ_NQN p=$c/ports/$HOSTILE_PORT_ID
+	mkdir "$s" "$s/namespaces/1" && echo $HOSTILE_SIZE > "$s/namespaces/1/size" &&
+		echo 1 > "$s/namespaces/1/enable" || { echo "the rows' subsystem could not be made"; return 1; }
+	for h in $HOSTILE_HOST $HOSTILE_STOCK; do
+		mkdir "$c/hosts/$h" && ln -s "$c/hosts/$h" "$s/allowed_hosts/$h" ||
+			{ echo "host $h could not be allowed"; return 1; }
+	done
+	mkdir "$f" "$f/namespaces/1" && echo 1 > "$f/attr_allow_any_host" &&
+		echo $HOSTILE_SIZE > "$f/namespaces/1/size" && echo 1 > "$f/namespaces/1/enable" ||
+		{ echo "the fuzz stream's subsystem could not be made"; return 1; }
+	mkdir "$p" && echo rdma > "$p/addr_trtype" && echo ipv4 > "$p/addr_adrfam" &&
+		echo "$1" > "$p/addr_traddr" && echo $HOSTILE_SVC > "$p/addr_trsvcid" &&
+		ln -s "$s" "$p/subsystems/$HOSTILE_NQN" && ln -s "$f" "$p/subsystems/$HOSTILE_FUZZ_NQN" ||
+		{ echo "port $HOSTILE_PORT_ID could not be made"; return 1; }
 }
+
+# nvh_teardown: what nvh_setup made, removed (links first, then directories,
+# leaves first), so that the module can be unloaded; says what stayed.
+nvh_teardown() {
+	local c=/sys/kernel/config/rdma_rust_nvmet n h
+	[ -d $c ] || return 0
+	rm -f "$c/ports/$HOSTILE_PORT_ID/subsystems/"*
+	rmdir "$c/ports/$HOSTILE_PORT_ID" 2> /dev/null
+	for n in $HOSTILE_NQN $HOSTILE_FUZZ_NQN; do
+		[ -d "$c/subsystems/$n" ] || continue
+		rm -f "$c/subsystems/$n/allowed_hosts/"*
+		echo 0 > "$c/subsystems/$n/namespaces/1/enable" 2> /dev/null
+		rmdir "$c/subsystems/$n/namespaces/1" "$c/subsystems/$n" 2> /dev/null
+	done
+	for h in $HOSTILE_HOST $HOSTILE_STOCK; do
+		rmdir "$c/hosts/$h" 2> /dev/null
+	done
+	[ -z "$(ls $c/subsystems)$(ls $c/ports)$(ls $c/hosts)" ] ||
+		{ echo "left in $c: $(ls $c/subsystems $c/ports $c/hosts | tr '\n' ' ')"; return 1; }
+}
+
+# nvh_unload: the tree emptied and the module unloaded
+nvh_unload() { nvh_teardown && timeout 60 rmmod rdma_rust_nvmet; }
 
 # --- the stock host -------------------------------------------------------------
 # nvh_disk: the block device of the stock host's namespace of the rows'

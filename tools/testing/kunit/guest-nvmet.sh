@@ -485,7 +485,7 @@ nvmet_hostile_suite() {
 	nvmt_resources > /tmp/nvmt-res
 	check hostile_load insmod $NVMT_RUST_KO
 	nvmet_hostile_rows $NVMT_ADDR
-	check hostile_unload rmmod rdma_rust_nvmet
+	check hostile_unload nvh_unload
 	check hostile_resources_back nvmt_resources_back
 	suite_end
 }

@@ -315,7 +315,7 @@ nvmet_fuzz_cycle() {
 	insmod /lib/modules/extra/rdma_rust_nvmet.ko || { echo "insmod rdma_rust_nvmet failed"; return 1; }
 	nvh_setup 10.77.1.1 && nvmet_hostile_fuzz "$1" || rc=1
 	nvh_stock_disconnect || rc=1
-	timeout 60 rmmod rdma_rust_nvmet || { echo "rmmod rdma_rust_nvmet failed"; rc=1; }
+	nvh_unload || { echo "rmmod rdma_rust_nvmet failed"; rc=1; }
 	modprobe -r nvme-rdma || { echo "modprobe -r nvme-rdma failed"; rc=1; }
 	timeout 60 rdma link delete rxe1 && add_rxe rxe1 veth1 || { echo "rxe1 did not come back"; rc=1; }
 	return $rc
