@@ -162,12 +162,15 @@ blkb_check() {
 # disks up, perf allowed to see the kernel, then for each case of
 # rdmatest.prof (`BENCH_PROF=RW:QD:BS,...`; DEFAULT if none) and ROUNDS
 # rounds of nvme-rdma's disk then rdma_rust_blk's, FUNC RW QD BS SIDE DEV;
-# both disks down.
+# both disks down. With rdmatest.pair=nvmf (`BENCH_PAIR=nvmf`) the second
+# disk is rdma_rust_nvmet's, through the same nvme-rdma host (bench_nvmf's
+# pair).
 blkb_script_cases() {
-	local default=$1 rounds=$2 func=$3 cases c rw qd bs side d nvme rrbd
+	local default=$1 rounds=$2 func=$3 cases c rw qd bs side d nvme rrbd ulp=rrbd
 	cases=$(arg rdmatest.prof | tr , ' ')
+	[ "$(arg rdmatest.pair)" != nvmf ] || ulp=nvmf_rust
 	nvme=$(blkb_nvme_up) || { bench_say "fail case=script side=peer round=0 (nvme-rdma)"; return; }
-	rrbd=$(blkb_rrbd_up) || { bench_say "fail case=script side=ulp round=0 (rdma_rust_blk)"; blkb_nvme_down; return; }
+	rrbd=$(${ulp}_up) || { bench_say "fail case=script side=ulp round=0 ($ulp)"; blkb_nvme_down; return; }
 	echo 0 > /proc/sys/kernel/kptr_restrict
 	echo -1 > /proc/sys/kernel/perf_event_paranoid
 	for c in ${cases:-$default}; do
@@ -184,7 +187,7 @@ blkb_script_cases() {
 			$func "$rw" "$qd" "$bs" $side "$d"
 		done
 	done
-	blkb_rrbd_down
+	${ulp}_down
 	blkb_nvme_down
 }
 

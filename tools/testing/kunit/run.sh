@@ -268,6 +268,8 @@ if [ "$mode" = bench ]; then
 	# The cases of script-blk-profile.sh and script-blk-trace.sh (RW:QD:BS,...;
 	# e.g. read:8:128k).
 	[ -z "${BENCH_PROF:-}" ] || extra="$extra rdmatest.prof=$BENCH_PROF"
+	# The scripts' second disk: rdma_rust_nvmet's (nvmf) instead of rdma_rust_blk's.
+	[ -z "${BENCH_PAIR:-}" ] || extra="$extra rdmatest.pair=$BENCH_PAIR"
 	# script-blk-trace.sh: rxe's work items and the context switches too.
 	[ -z "${BENCH_TRACE_ALL:-}" ] || extra="$extra rdmatest.trace_all=1"
 	t1=$(date +%s)

@@ -17,6 +17,8 @@
 # interrupts and softirqs moved by, per I/O, its hottest symbols, its samples
 # by command and by module, and the functions of the two block stacks'
 # modules (`PROFILE`, `COMM`, `DSO`, `MODULES` sections of the bench log).
+# With `BENCH_PAIR=nvmf` the second disk is rdma_rust_nvmet's (the nvme-rdma
+# host on both), as in bench_nvmf.
 # Sampling costs time of its own: the IOPS are for reading the profile, not
 # for the table; one 8 s run of a case moves by 10-25 % from run to run.
 
@@ -40,7 +42,7 @@ prof_report() {
 		--percent-limit "$limit" "$@" 2> /dev/null | grep -v '^#' | grep -v '^$'
 }
 # The modules of the two block stacks: their own code, function by function.
-PROF_MODULES='[rdma_rust_blk],[nvme_rdma],[nvme_fabrics],[nvme_core],[nvmet],[nvmet_rdma],[brd]'
+PROF_MODULES='[rdma_rust_blk],[rdma_rust_nvmet],[rdma_rxe],[nvme_rdma],[nvme_fabrics],[nvme_core],[nvmet],[nvmet_rdma],[brd]'
 # prof_one RW QD BS SIDE DEV: one profiled run and its report.
 prof_one() {
 	local rw=$1 qd=$2 bs=$3 side=$4 d=$5 data=/tmp/perf.$4
