@@ -27,7 +27,7 @@ cd "$PROJECT_DIR"
 
 log "import cycles and module order"
 for crate in "drivers/rdma_rust_ulp ulp_main crate" "drivers/rdma_rust_blk blk_main crate" \
-	"drivers/rdma_rust_nvmet nvmet_main crate" \
+	"drivers/rdma_rust_nvmet nvmet_main crate" "drivers/rdma_rust_nvme nvme_main crate" \
 	"rust/rdma rdma crate::rdma" "tools/testing/kunit/rdma rdma_kunit_tests crate"; do
 	read -r dir root prefix <<< "$crate"
 	if ! out=$(python3 "$KUNIT_DIR/imports.py" "$dir" "$root" "$prefix" --order); then
@@ -59,10 +59,10 @@ log "clippy: kernel::rdma"
 clippy_warnings() {
 	grep -E '^(warning|error)' -A3 "$1" | grep -B3 -E -- "--> .*$2" | grep -E '^(warning|error)|-->' || true
 }
-# kernel::rdma, kernel::block::mq, which the overlay extends, and kernel::debugfs and
-# kernel::configfs, which it adds.
-w=$(clippy_warnings "$LOGS/clippy-kernel.log" 'rust/kernel/((rdma|block)/|(debugfs|configfs)\.rs)')
-[ -z "$w" ] || { echo "$w" >&2; echo "check: clippy warnings in kernel::rdma, kernel::block, kernel::debugfs or kernel::configfs" >&2; fail=1; }
+# kernel::rdma, kernel::block::mq, which the overlay extends, and kernel::debugfs,
+# kernel::configfs and kernel::miscdevice, which it adds.
+w=$(clippy_warnings "$LOGS/clippy-kernel.log" 'rust/kernel/((rdma|block)/|(debugfs|configfs|miscdevice)\.rs)')
+[ -z "$w" ] || { echo "$w" >&2; echo "check: clippy warnings in kernel::rdma, kernel::block, kernel::debugfs, kernel::configfs or kernel::miscdevice" >&2; fail=1; }
 
 samples=()
 for s in "$PROJECT_DIR"/samples/rdma_rust/*.rs; do
@@ -70,7 +70,7 @@ for s in "$PROJECT_DIR"/samples/rdma_rust/*.rs; do
 	samples+=("rdma_rust_samples:CONFIG_SAMPLE_${n^^}:$n.o")
 done
 for spec in rdma_rust_ulp:CONFIG_RDMA_RUST_ULP:ulp_main.o rdma_rust_blk:CONFIG_RDMA_RUST_BLK:blk_main.o \
-	rdma_rust_nvmet:CONFIG_RDMA_RUST_NVMET:nvmet_main.o \
+	rdma_rust_nvmet:CONFIG_RDMA_RUST_NVMET:nvmet_main.o rdma_rust_nvme:CONFIG_RDMA_RUST_NVME:nvme_main.o \
 	rdma_kunit:CONFIG_RDMA_RUST_KUNIT:rdma_kunit_tests.o \
 	"${samples[@]}"; do
 	IFS=: read -r name opt obj <<< "$spec"

@@ -236,6 +236,7 @@ mode_test() {
 	samples) setup_loopback; samples_suite; return ;;
 	blk) setup_loopback; blk_suite; return ;;
 	nvmet) setup_loopback; nvmet_suite; return ;;
+	nvme) setup_loopback; nvme_host_suite; return ;;
 	stress) setup_loopback; stress_suite 2 100 10000 10000; return ;;
 	esac
 	setup_suite
@@ -263,6 +264,8 @@ mode_test() {
 	samples_suite
 	blk_suite
 	nvmet_suite
+	# The NVMe-oF host, against the same targets (guest-nvme.sh).
+	nvme_host_suite
 
 	# rdma_cm + RC traffic on one rxe device, from user space (the peer the ULP
 	# will later talk to): checks the image and the device, and gives a baseline.
@@ -532,6 +535,7 @@ mode_run() {
 . /lib/rdmatest/nvmet-paths.sh
 . /lib/rdmatest/nvmet-cfs.sh
 . /lib/rdmatest/nvmet-peers.sh
+. /lib/rdmatest/nvme.sh
 
 case "$mode" in
 test) mode_test ;;

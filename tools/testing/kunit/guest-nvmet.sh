@@ -41,12 +41,13 @@ tgt_kind() {
 	esac
 }
 
-# tgt_load ROOT SIZE: the target's module loaded (for nvmet, and brd with one
-# RAM disk of SIZE bytes for its namespaces), its configfs root there.
+# tgt_load ROOT SIZE [COUNT]: the target's module loaded (for nvmet, and brd
+# with COUNT RAM disks of SIZE bytes, default one, for its namespaces), its
+# configfs root there.
 tgt_load() {
 	grep -q " $CFS configfs " /proc/mounts || mount -t configfs none $CFS || return 1
 	case $(tgt_kind "$1") in
-	c) modprobe brd rd_nr=1 rd_size=$(($2 / 1024)) max_part=0 && modprobe nvmet-rdma ;;
+	c) modprobe brd rd_nr="${3:-1}" rd_size=$(($2 / 1024)) max_part=0 && modprobe nvmet-rdma ;;
 	rust) insmod $NVMT_RUST_KO ;;
 	esac || return 1
 	[ -d "$1" ] || { echo "no $1 after loading the target"; tgt_unload "$1"; return 1; }
@@ -60,20 +61,33 @@ tgt_unload() {
 	esac
 }
 
-# tgt_subsys ROOT NQN SIZE: a subsystem that allows any host, with the test's
-# serial and model, and namespace 1 of SIZE bytes, enabled.
-tgt_subsys() {
-	local s=$1/subsystems/$2
-	mkdir "$s" && echo $NVMT_SERIAL > "$s/attr_serial" && echo $NVMT_MODEL > "$s/attr_model" &&
-		echo 1 > "$s/attr_allow_any_host" && mkdir "$s/namespaces/1" || return 1
+# tgt_ns ROOT NQN NSID SIZE: namespace NSID of subsystem NQN, SIZE bytes (for
+# nvmet, brd's RAM disk NSID - 1, which tgt_load made), enabled.
+tgt_ns() {
+	local n=$1/subsystems/$2/namespaces/$3
+	mkdir "$n" || return 1
 	case $(tgt_kind "$1") in
-	c) printf /dev/ram0 > "$s/namespaces/1/device_path" ;;
-	rust) echo "$3" > "$s/namespaces/1/size" ;;
+	c) printf '%s' "/dev/ram$(($3 - 1))" > "$n/device_path" ;;
+	rust) echo "$4" > "$n/size" ;;
 	esac || return 1
 	# A fixed UUID, as a user keeps a namespace's identity across a target's
 	# reload (nvmet makes a random one otherwise, and a host that reconnects
-	# to it sees "identifiers changed" and fails the I/O).
-	echo $NVMT_UUID > "$s/namespaces/1/device_uuid" && echo 1 > "$s/namespaces/1/enable"
+	# to it sees "identifiers changed" and fails the I/O): NVMT_UUID for
+	# namespace 1, its last byte the NSID for the others.
+	echo "${NVMT_UUID%??}$(printf %02x "$3")" > "$n/device_uuid" && echo 1 > "$n/enable"
+}
+
+# tgt_subsys ROOT NQN SIZE [COUNT]: a subsystem that allows any host, with the
+# test's serial and model, and namespaces 1 to COUNT (default 1) of SIZE bytes
+# each, enabled.
+tgt_subsys() {
+	local s=$1/subsystems/$2 i=1
+	mkdir "$s" && echo $NVMT_SERIAL > "$s/attr_serial" && echo $NVMT_MODEL > "$s/attr_model" &&
+		echo 1 > "$s/attr_allow_any_host" || return 1
+	while [ $i -le "${4:-1}" ]; do
+		tgt_ns "$1" "$2" $i "$3" || return 1
+		i=$((i + 1))
+	done
 }
 
 # tgt_port ROOT PORT_ID ADDR SVCID: an RDMA port on ADDR:SVCID (IPv4).
@@ -83,10 +97,11 @@ tgt_port() {
 		echo "$3" > "$p/addr_traddr" && echo "$4" > "$p/addr_trsvcid"
 }
 
-# tgt_setup ROOT NQN PORT_ID ADDR SVCID SIZE: subsystem NQN (any host, a
-# namespace of SIZE bytes) served on a new port PORT_ID at ADDR:SVCID.
+# tgt_setup ROOT NQN PORT_ID ADDR SVCID SIZE [COUNT]: subsystem NQN (any host,
+# COUNT namespaces of SIZE bytes, default one) served on a new port PORT_ID at
+# ADDR:SVCID.
 tgt_setup() {
-	tgt_subsys "$1" "$2" "$6" && tgt_port "$1" "$3" "$4" "$5" &&
+	tgt_subsys "$1" "$2" "$6" "${7:-1}" && tgt_port "$1" "$3" "$4" "$5" &&
 		ln -s "$1/subsystems/$2" "$1/ports/$3/subsystems/$2"
 }
 
@@ -216,30 +231,38 @@ nvmt_list() {
 		{ cat /tmp/nvmt-list; echo "no line of /dev/$ns with serial $NVMT_SERIAL"; return 1; }
 }
 
-# nvmt_fio NQN RW BS QD SIZE: fio writes SIZE of the namespace (RW, BS blocks,
-# QD deep, direct I/O by libaio), reads every block back and checks its
-# crc32c; fio must exit 0 and report no error.
-nvmt_fio() {
-	local ns rc=0
-	ns=$(nvmt_ns "$1") || { echo "no namespace of $1"; return 1; }
-	$FIO --name=verify --filename="/dev/$ns" --direct=1 --ioengine=libaio --rw="$2" --bs="$3" \
+# nvmt_fio_dev DEV RW BS QD SIZE: fio writes SIZE of the block device DEV (RW,
+# BS blocks, QD deep, direct I/O by libaio), reads every block back and checks
+# its crc32c; fio must exit 0 and report no error. (DEV must be a block
+# device: fio would make a regular file of a missing one, and pass.)
+nvmt_fio_dev() {
+	local rc=0
+	[ -b "$1" ] || { echo "$1 is not a block device"; return 1; }
+	$FIO --name=verify --filename="$1" --direct=1 --ioengine=libaio --rw="$2" --bs="$3" \
 		--iodepth="$4" --size="$5" --verify=crc32c --do_verify=1 --verify_fatal=1 --thread \
 		--output=/tmp/nvmt-fio > /dev/null 2>&1 || rc=$?
 	grep -q 'err= 0' /tmp/nvmt-fio && [ $rc = 0 ] ||
 		{ cat /tmp/nvmt-fio; echo "fio exited with $rc: expected 0, and err= 0 in its report"; return 1; }
-	kmsg "rdmatest: nvmet: fio $2 $3 QD $4 $5: $(grep -o 'IOPS=[^,]*' /tmp/nvmt-fio | tr '\n' ' ')"
+	kmsg "rdmatest: fio ${1#/dev/} $2 $3 QD $4 $5: $(grep -o 'IOPS=[^,]*' /tmp/nvmt-fio | tr '\n' ' ')"
+}
+# nvmt_fio NQN RW BS QD SIZE: nvmt_fio_dev on the namespace of subsystem NQN.
+nvmt_fio() {
+	local ns
+	ns=$(nvmt_ns "$1") || { echo "no namespace of $1"; return 1; }
+	shift
+	nvmt_fio_dev "/dev/$ns" "$@"
 }
 
 # nvmt_sums DIR: the checksums of the files under DIR.
 nvmt_sums() { (cd "$1" && find . -type f | sort | xargs md5sum); }
 
-# nvmt_ext4 NQN: ext4 made on the namespace and mounted, files written and
+# nvmt_ext4_dev DEV [FILES]: ext4 made on the block device DEV and mounted,
+# FILES pairs of files (default 4: 5 MiB in all; 1: 512 KiB) written and
 # their checksums taken, unmounted, `e2fsck -f -n` clean, mounted again: the
 # same checksums.
-nvmt_ext4() {
-	local ns dev m=/mnt/nvmt i
-	ns=$(nvmt_ns "$1") || { echo "no namespace of $1"; return 1; }
-	dev=/dev/$ns
+nvmt_ext4_dev() {
+	local dev=$1 files=${2:-4} m=/mnt/nvmt i
+	[ -b "$dev" ] || { echo "$dev is not a block device"; return 1; }
 	# (ext4 asks the crypto API for crc32c, which the kernel cannot load by
 	# itself here: the image has no /sbin/modprobe.)
 	modprobe -a crc32c_generic ext4 || return 1
@@ -247,9 +270,9 @@ nvmt_ext4() {
 	/usr/bin/mke2fs -q -F -t ext4 "$dev" || { echo "mke2fs -t ext4 $dev failed"; return 1; }
 	mkdir -p $m && mount -t ext4 "$dev" $m || { echo "mount -t ext4 $dev failed"; return 1; }
 	mkdir -p $m/dir
-	for i in 1 2 3 4; do
-		dd if=/dev/urandom of=$m/f$i bs=64k count=$((i * 8)) 2> /dev/null &&
-			dd if=/dev/urandom of=$m/dir/g$i bs=1k count=$i 2> /dev/null || { umount $m; echo "writing f$i failed"; return 1; }
+	for i in $(seq 1 "$files"); do
+		dd if=/dev/urandom of="$m/f$i" bs=64k count=$((i * 8)) 2> /dev/null &&
+			dd if=/dev/urandom of="$m/dir/g$i" bs=1k count="$i" 2> /dev/null || { umount $m; echo "writing f$i failed"; return 1; }
 	done
 	nvmt_sums $m > /tmp/nvmt-sums1
 	umount $m || { echo "umount failed"; return 1; }
@@ -259,7 +282,13 @@ nvmt_ext4() {
 	umount $m || { echo "umount (again) failed"; return 1; }
 	cmp -s /tmp/nvmt-sums1 /tmp/nvmt-sums2 ||
 		{ diff /tmp/nvmt-sums1 /tmp/nvmt-sums2; echo "checksums differ after the remount"; return 1; }
-	[ "$(wc -l < /tmp/nvmt-sums1)" = 8 ] || { cat /tmp/nvmt-sums1; echo "expected 8 files"; return 1; }
+	[ "$(wc -l < /tmp/nvmt-sums1)" = $((files * 2)) ] || { cat /tmp/nvmt-sums1; echo "expected $((files * 2)) files"; return 1; }
+}
+# nvmt_ext4 NQN: nvmt_ext4_dev on the namespace of subsystem NQN.
+nvmt_ext4() {
+	local ns
+	ns=$(nvmt_ns "$1") || { echo "no namespace of $1"; return 1; }
+	nvmt_ext4_dev "/dev/$ns"
 }
 
 # nvmt_disconnect NQN: `nvme disconnect` ends the controller: it and its
@@ -490,13 +519,22 @@ nvmet_hostile_suite() {
 	suite_end
 }
 
+# nvmt_targets: the targets asked for (rdmatest.nvmet_target, run.sh's
+# NVMET_TARGET: c, rust or both); without it, both when the image has
+# rdma_rust_nvmet.ko, else c. (guest-nvme.sh's suite runs against the same.)
+nvmt_targets() {
+	local t
+	t=$(arg rdmatest.nvmet_target)
+	if [ -z "$t" ]; then
+		if [ -e $NVMT_RUST_KO ]; then t=both; else t=c; fi
+	fi
+	echo "$t"
+}
+
 # nvmet_suite: the host set up, then the suite against each target asked for.
 nvmet_suite() {
 	local targets
-	targets=$(arg rdmatest.nvmet_target)
-	if [ -z "$targets" ]; then
-		if [ -e $NVMT_RUST_KO ]; then targets=both; else targets=c; fi
-	fi
+	targets=$(nvmt_targets)
 	nvmt_host_setup || say "rdmatest: nvmet: the host did not set up (modprobe nvme-rdma failed)"
 	case $targets in
 	c | both) nvmt_target_suite rdma_nvmet_c $CFS/nvmet 4420 ;;

@@ -5,7 +5,7 @@
 # provider, the kernel's modules, the project's modules, and /init.
 # Also initramfs-bench.cpio.gz: the same with fio and nvme-cli, for the
 # guests that need them (the bench's, and make test's loopback guest when it
-# runs the nvmet suite): fio's shared libraries are 80 MB, 35 MB compressed,
+# runs the nvmet or nvme suite): fio's shared libraries are 80 MB, 35 MB compressed,
 # nvme-cli's 4 MB, and every other boot would pay for unpacking them.
 . "$(dirname "$0")/lib.sh"
 
@@ -55,7 +55,7 @@ printf '127.0.0.1 localhost\n' > "$root/etc/hosts"
 cp -a "$IMAGES/modroot/lib/modules" "$root/lib/"
 # The project's out-of-tree modules.
 cp "$MODBUILD/rdma_rust_ulp/rdma_rust_ulp.ko" "$MODBUILD/rdma_rust_blk/rdma_rust_blk.ko" \
-	"$MODBUILD/rdma_rust_nvmet/rdma_rust_nvmet.ko" \
+	"$MODBUILD/rdma_rust_nvmet/rdma_rust_nvmet.ko" "$MODBUILD/rdma_rust_nvme/rdma_rust_nvme.ko" \
 	"$MODBUILD/rdma_kunit/rdma_kunit.ko" \
 	"$MODBUILD/rdma_kunit/rdma_kunit_orphan.ko" \
 	"$MODBUILD"/rdma_rust_samples/*.ko "$root/lib/modules/extra/"
@@ -74,6 +74,7 @@ cp "$KUNIT_DIR/guest-nvmet.sh" "$root/lib/rdmatest/nvmet.sh"
 cp "$KUNIT_DIR/guest-nvmet-paths.sh" "$root/lib/rdmatest/nvmet-paths.sh"
 cp "$KUNIT_DIR/guest-nvmet-cfs.sh" "$root/lib/rdmatest/nvmet-cfs.sh"
 cp "$KUNIT_DIR/guest-nvmet-peers.sh" "$root/lib/rdmatest/nvmet-peers.sh"
+cp "$KUNIT_DIR/guest-nvme.sh" "$root/lib/rdmatest/nvme.sh"
 # The kernel messages that are splats (one list, ktap_collect.py reads it too).
 cp "$KUNIT_DIR/splats" "$root/lib/rdmatest/splats"
 # RDMATEST_SCRIPT=FILE: a script of one's own for the bench guest (BENCH_CASES=script).

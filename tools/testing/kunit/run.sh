@@ -10,10 +10,10 @@
 #   run.sh stress the fault suite on FLAVOR's kernel (guest-stress.sh): its
 #                 report, then "N passed, N failed" like `test`
 #
-# Environment: ONLY (one suite: kunit, traffic, cm, samples, blk, nvmet,
-# stress, or peers), NVMET_TARGET (the targets of the nvmet suite: c, the
-# kernel's nvmet-rdma; rust, rdma_rust_nvmet; both, the default when this tree
-# has drivers/rdma_rust_nvmet, else c), RDMA_RUST_CACHE (build cache),
+# Environment: ONLY (one suite: kunit, traffic, cm, samples, blk, nvmet, nvme,
+# stress, or peers), NVMET_TARGET (the targets of the nvmet and nvme suites: c,
+# the kernel's nvmet-rdma; rust, rdma_rust_nvmet; both, the default when this
+# tree has drivers/rdma_rust_nvmet, else c), RDMA_RUST_CACHE (build cache),
 # RDMA_RUST_LOGS (logs), SERIAL
 # (1: the topologies one after the other, the default below four cores),
 # VM_TIMEOUT (seconds per boot, default 1800, bench 4200, `stress`: 7200), STRESS_KILLS (`stress`: times
@@ -24,7 +24,8 @@
 # rdma_cm suite there, rdmatest.only=traffic only the ULP traffic suite,
 # rdmatest.only=stress only the fault suite's short version,
 # rdmatest.only=samples only the samples/ suite, rdmatest.only=blk only rdma_rust_blk's,
-# rdmatest.only=nvmet only the NVMe-oF target's,
+# rdmatest.only=nvmet only the NVMe-oF target's, rdmatest.only=nvme only the
+# NVMe-oF host's (rdma_rust_nvme),
 # rdmatest.only=kunit only the KUnit suites and the module unload check, for
 # quick iterations).
 . "$(dirname "$0")/lib.sh"
@@ -35,11 +36,11 @@ mode=${1:-test}
 case ${ONLY:-} in
 '') ;;
 peers) TOPOLOGY=peers ;;
-kunit | traffic | cm | samples | blk | nvmet | stress)
+kunit | traffic | cm | samples | blk | nvmet | nvme | stress)
 	TOPOLOGY=loopback RDMATEST_EXTRA="rdmatest.only=$ONLY ${RDMATEST_EXTRA:-}" ;;
-*) die "ONLY=$ONLY: one of kunit, traffic, cm, samples, blk, nvmet, stress (the loopback guest's suites) or peers" ;;
+*) die "ONLY=$ONLY: one of kunit, traffic, cm, samples, blk, nvmet, nvme, stress (the loopback guest's suites) or peers" ;;
 esac
-# The nvmet suite's targets: the Rust one only where this tree builds it (the
+# The nvmet (and nvme) suite's targets: the Rust one only where this tree builds it (the
 # module cache is shared between clones), and nvmet-rdma beside it as the
 # reference that tells the target's failures from the script's.
 if [ -z "${NVMET_TARGET:-}" ]; then
@@ -73,7 +74,7 @@ lock_tree
 # SKIP_BUILD=1 re-runs the VMs on what was built last.
 [ -n "${SKIP_BUILD:-}" ] || "$KUNIT_DIR/build.sh"
 # The bench guests and make test's loopback guest boot the image with fio and
-# nvme-cli when they run the nvmet suite (all or ONLY=nvmet).
+# nvme-cli when they run the nvmet or nvme suite (all, ONLY=nvmet or ONLY=nvme).
 "$KUNIT_DIR/mkinitramfs.sh"
 t_build=$(($(date +%s) - t0))
 
@@ -86,12 +87,12 @@ boot=$run_dir/boot
 mkdir -p "$boot"
 cp "${BZIMAGE:-$KSRC/arch/x86/boot/bzImage}" "$boot/bzImage"
 cp "$IMAGES/initramfs.cpio.gz" "$boot/"
-# Only a bench and the nvmet suites boot the image with fio and nvme-cli (44 MB):
-# the loopback guest when it runs its nvmet suite, the test topology's peers
-# always (the NVMe-oF suites between them, guest-nvmet-peers.sh).
+# Only a bench and the NVMe-oF suites boot the image with fio and nvme-cli (44 MB):
+# the loopback guest when it runs its nvmet or nvme suite, the test topology's
+# peers always (the NVMe-oF suites between them, guest-nvmet-peers.sh).
 nvmet_image= peers_image=
 case "$mode:${RDMATEST_EXTRA:-}" in
-bench:* | test:*rdmatest.only=nvmet*) nvmet_image=1 ;;
+bench:* | test:*rdmatest.only=nvmet* | test:*rdmatest.only=nvme | test:*"rdmatest.only=nvme "*) nvmet_image=1 ;;
 test:*rdmatest.only=*) ;;
 test:*) nvmet_image=1 ;;
 esac
@@ -387,7 +388,8 @@ if [ "$TOPOLOGY" != peers ] && [ "$TOPOLOGY" != none ]; then
 	*rdmatest.only=samples*) expect+=,rdma_samples ;;
 	*rdmatest.only=blk*) expect+=,rdma_blk ;;
 	*rdmatest.only=nvmet*) expect+=,$nvmet_suites ;;
-	*) expect+=,rdma_setup,$kunit,rdma_rust_ulp,rdma_ulp_traffic,rdma_ulp_cm,rdma_samples,rdma_blk,$nvmet_suites,rdma_loopback,rdma_stress,rdma_leaks ;;
+	*rdmatest.only=nvme | *"rdmatest.only=nvme "*) expect+=,rdma_nvme_host ;;
+	*) expect+=,rdma_setup,$kunit,rdma_rust_ulp,rdma_ulp_traffic,rdma_ulp_cm,rdma_samples,rdma_blk,$nvmet_suites,rdma_nvme_host,rdma_loopback,rdma_stress,rdma_leaks ;;
 	esac
 fi
 if [ "$TOPOLOGY" != loopback ] && [ "$TOPOLOGY" != none ]; then

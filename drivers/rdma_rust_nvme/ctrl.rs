@@ -1,0 +1,425 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! A controller: its queues brought up (`bring_up.rs`), a disk per active namespace, and a
+//! supervisor that sends the keep-alives and recovers the controller when a queue fails, as
+//! nvme-rdma's error recovery does: every connection ends and its block requests go back to
+//! the block layer (requeued), then a reconnect every `reconnect_delay` until one succeeds
+//! (the requests go again on the new connections) or `ctrl_loss_tmo` has passed (they fail,
+//! and so does all later I/O). Shut down (CC.SHN) and torn down when dropped.
+
+use crate::disk::{IoQueues, Ns, IO_TIMEOUT_MS};
+use crate::options::Options;
+use crate::proto::{admin, reg, Command, IdCtrl, IdNs, Text, CNS_NS, IDENTIFY_LEN};
+use crate::queue::{Blk, Counts, Data, Health, Queue, State, IN_CAPSULE_MAX, MAX_IO};
+use core::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use kernel::block::mq::{gen_disk::GenDisk, gen_disk::GenDiskBuilder, TagSet};
+use kernel::new_mutex;
+use kernel::page::PAGE_SIZE;
+use kernel::prelude::*;
+use kernel::rdma::{
+    device::Device,
+    sync::{flush_work, msleep},
+};
+use kernel::sync::{Arc, Mutex};
+use kernel::time::{ktime_ms_delta, Ktime};
+use kernel::workqueue::{self, impl_has_work, new_work, Work, WorkItem};
+
+mod bring_up;
+
+use bring_up::{get_reg, must, CC_QES, CC_SHN_NORMAL, CSTS_SHST_CMPLT, CSTS_SHST_MASK};
+
+/// How often the supervisor looks at a controller without keep-alive.
+const IDLE_MS: u32 = 1000;
+
+/// One namespace's disk.
+struct Disk {
+    nsid: u32,
+    disk: Option<GenDisk<Blk>>,
+}
+
+/// A connected controller, owned by the module's list.
+pub(crate) struct Ctrl {
+    core: Arc<Core>,
+    disks: KVec<Disk>,
+}
+
+/// What the controller's supervisor shares with its owner.
+#[pin_data]
+struct Core {
+    instance: u32,
+    opts: Options,
+    /// The first connect's Identify Controller.
+    id: IdCtrl,
+    queue_size: u16,
+    health: Arc<Health>,
+    io: Arc<IoQueues>,
+    /// The admin queue, replaced by each reconnect.
+    #[pin]
+    admin: Mutex<Arc<Queue>>,
+    cntlid: AtomicU16,
+    /// The RDMA device of the first connection.
+    dev_name: KVec<u8>,
+    keep_alives: AtomicU64,
+    reconnects: AtomicU64,
+    #[pin]
+    work: Work<Core>,
+}
+
+impl_has_work! {
+    impl HasWork<Self> for Core { self.work }
+}
+
+impl WorkItem for Core {
+    type Pointer = Arc<Core>;
+
+    /// The supervisor: a work item of the system long workqueue, until the controller is
+    /// deleted.
+    fn run(this: Arc<Core>) {
+        let kato_ms = this.opts.kato * 1000;
+        let period = if kato_ms > 0 { kato_ms / 2 } else { IDLE_MS };
+        loop {
+            let woken = this.health.wait(period);
+            if this.health.stopping() {
+                return;
+            }
+            match this.health.state() {
+                State::Recovering => this.recover(),
+                State::Live if kato_ms > 0 && !woken => this.keep_alive(kato_ms),
+                _ => {}
+            }
+        }
+    }
+}
+
+impl Core {
+    fn admin(&self) -> Arc<Queue> {
+        self.admin.lock().clone()
+    }
+
+    /// Sends a Keep Alive; one that fails or has no answer within the keep-alive timeout
+    /// fails the admin queue, which starts the recovery.
+    fn keep_alive(&self, kato_ms: u32) {
+        let admin = self.admin();
+        let sent = admin.command(Command::new(admin::KEEP_ALIVE, 0), Data::None, kato_ms);
+        match sent {
+            Ok(c) if c.is_ok() => {
+                self.keep_alives.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(c) => admin.fail(
+                format_args!("a Keep Alive failed with status {:#x}", c.status),
+                true,
+            ),
+            Err(e) => admin.fail(format_args!("a Keep Alive failed: {e:?}"), true),
+        }
+    }
+
+    /// Ends every connection (their block requests go back to the block layer), then
+    /// reconnects every `reconnect_delay` until a reconnect succeeds, `ctrl_loss_tmo` has
+    /// passed or the controller is deleted.
+    fn recover(&self) {
+        let o = &self.opts;
+        pr_err!(
+            "rnvme{}: connection to {} lost: reconnecting every {} s (ctrl_loss_tmo {} s)\n",
+            self.instance,
+            Text(&o.subnqn),
+            o.reconnect_delay,
+            o.ctrl_loss_tmo
+        );
+        self.io.fail(format_args!("the controller reconnects"));
+        self.io.close();
+        let admin = self.admin();
+        admin.fail(format_args!("the controller reconnects"), true);
+        admin.close();
+        let lost = Ktime::ktime_get();
+        loop {
+            self.health.wait(o.reconnect_delay * 1000);
+            if self.health.stopping() {
+                return;
+            }
+            match self.reconnect() {
+                Ok(()) => {
+                    self.reconnects.fetch_add(1, Ordering::Relaxed);
+                    if self.health.change(State::Recovering, State::Live) {
+                        pr_info!("rnvme{}: reconnected\n", self.instance);
+                    }
+                    // A queue that failed while the others were connecting could not start a
+                    // recovery (one was under way): it does now.
+                    let dead = self.admin().is_dead() || self.io.all().any(|q| q.is_dead());
+                    if dead {
+                        self.health.queue_failed();
+                    }
+                    return;
+                }
+                Err(e) => pr_info!("rnvme{}: reconnect failed: {e:?}\n", self.instance),
+            }
+            let ms = ktime_ms_delta(Ktime::ktime_get(), lost);
+            if o.ctrl_loss_tmo >= 0 && ms >= i64::from(o.ctrl_loss_tmo) * 1000 {
+                if self.health.change(State::Recovering, State::Dead) {
+                    pr_err!(
+                        "rnvme{}: not reconnected within ctrl_loss_tmo ({} s): its I/O fails\n",
+                        self.instance,
+                        o.ctrl_loss_tmo
+                    );
+                }
+                return;
+            }
+        }
+    }
+
+    /// Connects the controller again with as many I/O queues of as many entries as before,
+    /// and puts the new queues in place of the old. Nothing is left behind on failure.
+    fn reconnect(&self) -> Result {
+        let n = self.io.len() as u16;
+        let a = bring_up::admin(&self.opts, n, &self.health)?;
+        let fits = a.granted >= n && a.id.maxcmd >= self.queue_size && a.mqes >= self.queue_size;
+        if !fits {
+            pr_err!(
+                "rnvme{}: the target grants {} I/O queues of {} entries now, not {} of {}\n",
+                self.instance,
+                a.granted,
+                a.id.maxcmd.min(a.mqes),
+                n,
+                self.queue_size
+            );
+            a.queue.close();
+            return Err(EPROTO);
+        }
+        let queues = bring_up::io_queues(&self.opts, &a, n, self.queue_size, &self.health)
+            .inspect_err(|_| a.queue.close())?;
+        self.cntlid.store(a.cntlid, Ordering::Relaxed);
+        *self.admin.lock() = a.queue;
+        self.io.replace(queues);
+        Ok(())
+    }
+}
+
+impl Ctrl {
+    /// Connects to the controller `opts` names and adds a disk per active namespace.
+    /// Process context; nothing is left behind on failure.
+    pub(crate) fn connect(opts: Options, instance: u32) -> Result<Self> {
+        let health = Arc::pin_init(Health::new(), GFP_KERNEL)?;
+        let a = bring_up::admin(&opts, opts.nr_io_queues, &health)?;
+        let nr_io = opts.nr_io_queues.min(a.granted);
+        let queue_size = opts.queue_size.min(a.id.maxcmd).min(a.mqes).max(2);
+        let made = bring_up::io_queues(&opts, &a, nr_io, queue_size, &health)
+            .and_then(|queues| IoQueues::new(queues, health.clone()))
+            .and_then(|io| Ok((bring_up::scan(&a.queue, &a.id)?, io)));
+        let (nsids, io) = match made {
+            Ok(m) => m,
+            Err(e) => {
+                a.queue.close();
+                return Err(e);
+            }
+        };
+        let (io2, admin2) = (io.clone(), a.queue.clone());
+        let core = (|| -> Result<Arc<Core>> {
+            let mut dev_name = KVec::new();
+            dev_name.extend_from_slice(a.queue.device_name().as_bytes(), GFP_KERNEL)?;
+            Arc::pin_init(
+                pin_init!(Core {
+                    instance,
+                    opts,
+                    id: a.id,
+                    queue_size,
+                    health,
+                    io: io2,
+                    admin <- new_mutex!(admin2, "rdma_rust_nvme_admin"),
+                    cntlid: AtomicU16::new(a.cntlid),
+                    dev_name,
+                    keep_alives: AtomicU64::new(0),
+                    reconnects: AtomicU64::new(0),
+                    work <- new_work!("rdma_rust_nvme_supervisor"),
+                }),
+                GFP_KERNEL,
+            )
+        })();
+        let core = match core {
+            Ok(c) => c,
+            Err(e) => {
+                io.close();
+                a.queue.close();
+                return Err(e);
+            }
+        };
+        let mut ctrl = Self {
+            core,
+            disks: KVec::new(),
+        };
+        // From here dropping `ctrl` undoes everything.
+        ctrl.add_disks(&nsids)?;
+        workqueue::system_long()
+            .enqueue(ctrl.core.clone())
+            .map_err(|_| EBUSY)?;
+        Ok(ctrl)
+    }
+
+    pub(crate) fn instance(&self) -> u32 {
+        self.core.instance
+    }
+
+    pub(crate) fn cntlid(&self) -> u16 {
+        self.core.cntlid.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn opts(&self) -> &Options {
+        &self.core.opts
+    }
+
+    /// Identifies each namespace of `nsids` and adds a disk for the active ones.
+    fn add_disks(&mut self, nsids: &[u32]) -> Result {
+        let c = &self.core;
+        let tagset = Arc::pin_init(
+            TagSet::new(c.io.len() as u32, u32::from(c.queue_size), 1),
+            GFP_KERNEL,
+        )?;
+        let mut buf = KVec::from_elem(0u8, IDENTIFY_LEN, GFP_KERNEL)?;
+        let max_io = match c.id.max_transfer {
+            0 => MAX_IO,
+            n => n.min(u64::from(MAX_IO)) as u32,
+        };
+        let admin = c.admin();
+        for &nsid in nsids {
+            buf.fill(0);
+            must(
+                &admin,
+                Command::identify(CNS_NS, nsid),
+                Data::FromTarget(&mut buf),
+                "Identify Namespace",
+            )?;
+            let ns = match IdNs::decode(&buf) {
+                Ok(Some(ns)) => ns,
+                Ok(None) => continue,
+                Err(why) => {
+                    pr_err!("namespace {nsid}: {why}: not served\n");
+                    continue;
+                }
+            };
+            let data = Arc::new(
+                Ns {
+                    io: c.io.clone(),
+                    nsid,
+                    lba_shift: ns.lba_shift,
+                },
+                GFP_KERNEL,
+            )?;
+            let block = 1u32 << ns.lba_shift;
+            let disk = GenDiskBuilder::new()
+                .capacity_sectors(ns.blocks << (ns.lba_shift - 9))
+                .logical_block_size(block)?
+                .physical_block_size(block)?
+                .max_hw_sectors(max_io / 512)?
+                .virt_boundary(PAGE_SIZE - 1)?
+                .timeout_ms(IO_TIMEOUT_MS)
+                .build(
+                    format_args!("rnvme{}n{}", c.instance, nsid),
+                    tagset.clone(),
+                    data,
+                )?;
+            self.disks.push(
+                Disk {
+                    nsid,
+                    disk: Some(disk),
+                },
+                GFP_KERNEL,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Whether the controller's queues are on `dev`.
+    pub(crate) fn is_on(&self, dev: &Device) -> bool {
+        self.core.dev_name.as_slice() == dev.name().as_bytes()
+    }
+
+    /// One line of the status file.
+    pub(crate) fn status(&self, f: &mut impl core::fmt::Write) -> core::fmt::Result {
+        let c = &self.core;
+        let counts: Counts = c.io.counts();
+        let state = match c.health.state() {
+            State::Live => "live",
+            State::Recovering => "connecting",
+            State::Dead => "dead",
+            State::Deleting => "deleting",
+        };
+        write!(
+            f,
+            "ctrl {} state {} traddr {} trsvcid {} subnqn {} cntlid {} serial {} model {} io_queues {} queue_size {} in_capsule_max {} disks ",
+            c.instance,
+            state,
+            Text(&c.opts.traddr),
+            c.opts.trsvcid,
+            Text(&c.opts.subnqn),
+            self.cntlid(),
+            Text(trim(&c.id.serial)),
+            Text(trim(&c.id.model)),
+            c.io.len(),
+            c.queue_size,
+            c.id.in_capsule.min(IN_CAPSULE_MAX),
+        )?;
+        for (i, d) in self.disks.iter().enumerate() {
+            let sep = if i == 0 { "" } else { "," };
+            write!(f, "{sep}rnvme{}n{}", c.instance, d.nsid)?;
+        }
+        if self.disks.is_empty() {
+            write!(f, "-")?;
+        }
+        let unended: u64 =
+            c.io.all().map(|q| q.unended()).sum::<u64>() + c.io.unended.load(Ordering::Relaxed);
+        writeln!(
+            f,
+            " completed {} errors {} in_capsule {} keyed {} local_inv {} timeouts {} keep_alives {} reconnects {} unended {}",
+            counts.completed,
+            counts.errors,
+            counts.in_capsule,
+            counts.keyed,
+            counts.local_inv,
+            c.io.timeouts.load(Ordering::Relaxed),
+            c.keep_alives.load(Ordering::Relaxed),
+            c.reconnects.load(Ordering::Relaxed),
+            unended
+        )
+    }
+}
+
+/// A space-padded Identify string without its padding.
+fn trim(b: &[u8]) -> &[u8] {
+    let n = b
+        .iter()
+        .rposition(|&c| c != b' ' && c != 0)
+        .map_or(0, |i| i + 1);
+    &b[..n]
+}
+
+impl Drop for Ctrl {
+    /// Stops the supervisor, removes the disks (a live controller's I/O goes on meanwhile, one
+    /// that is not live fails it), shuts the controller down (CC.SHN) and ends the
+    /// connections. Process context.
+    fn drop(&mut self) {
+        let c = &self.core;
+        c.health.stop_recovery();
+        // Returns once no reconnect or keep-alive is under way.
+        flush_work(&c.work);
+        let admin = c.admin();
+        if c.health.state() != State::Live {
+            c.io.fail(format_args!("deleting"));
+        }
+        for d in self.disks.iter_mut() {
+            drop(d.disk.take());
+        }
+        if c.health.state() == State::Live && !admin.is_dead() {
+            let shut = Command::prop_set(reg::CC, CC_QES | CC_SHN_NORMAL);
+            if must(&admin, shut, Data::None, "Property Set CC.SHN").is_ok() {
+                for _ in 0..20 {
+                    match get_reg(&admin, reg::CSTS, false, "Property Get CSTS") {
+                        Ok(v) if v as u32 & CSTS_SHST_MASK == CSTS_SHST_CMPLT => break,
+                        Ok(_) => msleep(100),
+                        Err(_) => break,
+                    }
+                }
+            }
+        }
+        // The I/O queues end before the admin queue, as the kernel's host ends them.
+        c.io.close();
+        admin.close();
+    }
+}

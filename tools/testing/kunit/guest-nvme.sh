@@ -1,0 +1,453 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0
+#
+# The NVMe over Fabrics host's checks (the suite rdma_nvme_host), in one guest:
+# rdma_rust_nvme, the project's host, against a target on rxe0's address:
+# connect through its control device, what its status says, one disk per
+# namespace, fio with verification, ext4, disconnect with everything given
+# back, bad option strings refused with a message, a port where nothing
+# listens, rmmod with a controller connected.
+#
+# The same rows run against each target of guest-nvmet.sh (rdmatest.nvmet_target,
+# run.sh's NVMET_TARGET), configured by its functions (tgt_load, tgt_setup,
+# tgt_teardown, tgt_unload), two namespaces each:
+#   c:    the kernel's own nvmet-rdma, two brd RAM disks: the reference, which
+#         tells a failure of the host from one of the script (rows c_*);
+#   rust: rdma_rust_nvmet, two RAM namespaces (rows rust_*).
+# A target whose module is not in the image, or the host's, SKIPs its rows
+# with the reason (printed after the results; a skip of ours fails make test).
+# Sourced by guest-init.sh after guest-nvmet.sh, whose helpers it uses
+# (nvmt_check, nvmt_fio_dev, nvmt_ext4_dev, nvmt_resources_back,
+# nvmt_leak_mark, nvmt_kmemleak_clean, nvmt_targets), as it uses guest-init.sh's
+# (check, mark, since_mark, wait_for, kmsg).
+#
+# The driver's interface:
+#   /dev/rdma_rust_nvme-fabrics  open read-write, write one nvme-fabrics option
+#                         string (transport=rdma,traddr=,trsvcid=,nqn=, ...),
+#                         read back "instance=N,cntlid=M\n"; a bad string fails
+#                         the write with EINVAL and logs "rdma_rust_nvme: ...";
+#                         "disconnect=N" deletes controller N
+#   /dev/rnvme<N>n<NSID>  a disk per active namespace
+#   /sys/kernel/debug/rdma_rust_nvme/status  one line per controller:
+#                         ctrl N state S traddr A trsvcid P subnqn Q cntlid M
+#                         io_queues I queue_size D disks D1,D2 completed C errors E
+
+HST_KO=/lib/modules/extra/rdma_rust_nvme.ko
+HST_CTL=/dev/rdma_rust_nvme-fabrics
+HST_DBG=/sys/kernel/debug/rdma_rust_nvme
+HST_STATUS=$HST_DBG/status
+# Each of the two namespaces: 16 MiB of RAM (ext4 fits; fio writes at most 2).
+HST_SIZE=$((16 * 1024 * 1024))
+# A port of rxe0's address where nothing listens.
+HST_NO_LISTENER=4499
+# What the connect asks for (io_queues is this or the number of CPUs, if fewer).
+HST_QUEUES=2
+HST_DEPTH=32
+
+hst_loaded() { grep -q '^rdma_rust_nvme ' /proc/modules; }
+
+# hst_kmod_present NAME: the kernel module NAME (nvmet-rdma, brd) is in the
+# image, as a module or built in.
+hst_kmod_present() {
+	local m
+	m=/lib/modules/$(uname -r)
+	grep -q "/$1\\.ko" "$m/modules.dep" "$m/modules.builtin" 2> /dev/null
+}
+
+# hst_ctl OPTIONS [reply]: OPTIONS written to the control device in one write
+# (echo -n: on a failed write its message names the errno), then, with
+# `reply`, what the same open file reads back, on stdout. In a shell of its
+# own (a redirection that fails must not end /init) and within 60 s: a write
+# that hangs fails (status 143).
+hst_ctl() {
+	# shellcheck disable=SC2016 # expanded by the inner shell
+	timeout 60 sh -c 'exec 3<> "$1" && echo -n "$2" >&3 &&
+		if [ -n "$3" ]; then dd bs=4096 count=1 <&3 2> /dev/null; fi' \
+		sh $HST_CTL "$1" "${2:-}"
+}
+
+# hst_opts ADDR SVCID NQN [MORE]: a connect's option string.
+hst_opts() { echo "transport=rdma,traddr=$1,trsvcid=$2,nqn=$3${4:+,$4}"; }
+
+# hst_field N KEY: KEY's value on controller N's line of the status file.
+hst_field() {
+	awk -v n="$1" -v k="$2" '$1 == "ctrl" && $2 == n {
+		for (i = 3; i < NF; i += 2) if ($i == k) print $(i + 1) }' $HST_STATUS
+}
+# hst_expect N KEY VALUE: controller N's KEY is VALUE.
+hst_expect() {
+	local v
+	v=$(hst_field "$1" "$2")
+	[ "$v" = "$3" ] || { echo "controller $1: $2 '$v', expected '$3'"; return 1; }
+}
+
+# hst_disks_left: the host's disks still in /sys/block or /dev, one a line.
+hst_disks_left() {
+	local d
+	for d in /sys/block/rnvme* /dev/rnvme*; do
+		[ -e "$d" ] && echo "$d"
+	done
+}
+
+hst_no_disks() { [ -z "$(hst_disks_left)" ]; }
+
+# hst_none: no controller: the status file reads empty, and no disk is left.
+hst_none() {
+	local s d
+	s=$(cat $HST_STATUS) || { echo "cannot read $HST_STATUS"; return 1; }
+	[ -z "$s" ] || { echo "$HST_STATUS:"; echo "$s"; echo "expected no controller"; return 1; }
+	d=$(hst_disks_left)
+	[ -z "$d" ] || { echo "$d"; echo "disks left (above)"; return 1; }
+}
+
+# hst_disconnect_all: whatever controller a failed row left, deleted (quiet).
+hst_disconnect_all() {
+	local n
+	umount /mnt/nvmt 2> /dev/null
+	[ -r $HST_STATUS ] || return 0
+	awk '$1 == "ctrl" { print $2 }' $HST_STATUS > /tmp/nvh-left
+	while read -r n; do
+		hst_ctl "disconnect=$n" < /dev/null > /dev/null 2>&1
+	done < /tmp/nvh-left
+	wait_for 10 hst_none
+}
+
+# hst_logged_own: since the last mark, the driver logged a line of its own.
+hst_logged_own() { since_mark | grep -qE '(^|\] )rdma_rust_nvme: '; }
+
+# --- recovery ------------------------------------------------------------------------
+# hst_bg_fio DEV SECS: a verifying 4 KiB random writer at depth 8 on DEV for
+# SECS seconds, in the background (its pid in /tmp/nvh-bg.pid, its report in
+# /tmp/nvh-bg).
+hst_bg_fio() {
+	$FIO --name=bg --filename="$1" --direct=1 --ioengine=libaio --rw=randwrite --bs=4k \
+		--iodepth=8 --size=8m --time_based --runtime="$2" --verify=crc32c --verify_backlog=16 \
+		--verify_fatal=1 --thread --output=/tmp/nvh-bg > /dev/null 2>&1 &
+	echo $! > /tmp/nvh-bg.pid
+}
+
+# hst_outage ROOT NQN N: controller N (reconnect_delay 1, ctrl_loss_tmo 30)
+# under hst_bg_fio; the target's port taken from the subsystem for 5 s and
+# given back: fio ends with no error and its data verified, the controller is
+# live again and counted a reconnect.
+hst_outage() {
+	local rc=0
+	hst_bg_fio "/dev/rnvme${3}n1" 14
+	sleep 2
+	tgt_unlink "$1" "$2" 1 || { echo "unlinking the port failed"; return 1; }
+	sleep 5
+	tgt_link "$1" "$2" 1 || { echo "linking the port again failed"; return 1; }
+	wait "$(cat /tmp/nvh-bg.pid)" || rc=$?
+	grep -q 'err= 0' /tmp/nvh-bg && [ $rc = 0 ] ||
+		{ cat /tmp/nvh-bg; echo "fio exited with $rc through the outage: expected 0 and err= 0"; return 1; }
+	wait_for 10 hst_expect "$3" state live > /dev/null || { cat $HST_STATUS; echo "not live again"; return 1; }
+	[ "$(hst_field "$3" reconnects)" -ge 1 ] 2> /dev/null ||
+		{ cat $HST_STATUS; echo "no reconnect counted"; return 1; }
+	kmsg "rdmatest: nvme host: fio through the outage: $(grep -o 'IOPS=[^,]*' /tmp/nvh-bg | tr '\n' ' ')"
+}
+
+# hst_loss ROOT NQN N TMO: controller N (reconnect_delay 1, ctrl_loss_tmo TMO)
+# under a writer; the port taken away for good: the writer sees an I/O error
+# within TMO + 10 s, the controller is dead and fails new I/O at once. The
+# port comes back after.
+hst_loss() {
+	local t0 t1 rc=0
+	$FIO --name=loss --filename="/dev/rnvme${3}n1" --direct=1 --ioengine=libaio --rw=randwrite \
+		--bs=4k --iodepth=4 --size=8m --time_based --runtime=120 --thread \
+		--output=/tmp/nvh-loss > /dev/null 2>&1 &
+	echo $! > /tmp/nvh-bg.pid
+	sleep 2
+	tgt_unlink "$1" "$2" 1 || { echo "unlinking the port failed"; return 1; }
+	t0=$(date +%s)
+	wait_for $(($4 + 10)) sh -c "! kill -0 $(cat /tmp/nvh-bg.pid) 2> /dev/null"
+	t1=$(date +%s)
+	if kill -0 "$(cat /tmp/nvh-bg.pid)" 2> /dev/null; then
+		kill "$(cat /tmp/nvh-bg.pid)"
+		wait "$(cat /tmp/nvh-bg.pid)"
+		tgt_link "$1" "$2" 1
+		echo "the writer was still running $(($4 + 10)) s after the port went"
+		return 1
+	fi
+	wait "$(cat /tmp/nvh-bg.pid)" || rc=$?
+	tgt_link "$1" "$2" 1 || { echo "linking the port again failed"; return 1; }
+	grep -q 'err= *[1-9]' /tmp/nvh-loss || [ $rc != 0 ] ||
+		{ cat /tmp/nvh-loss; echo "the writer ended without an error"; return 1; }
+	hst_expect "$3" state dead || { cat $HST_STATUS; return 1; }
+	! dd if="/dev/rnvme${3}n1" of=/dev/null bs=4k count=1 iflag=direct 2> /dev/null ||
+		{ echo "a read of the dead controller's disk succeeded"; return 1; }
+	kmsg "rdmatest: nvme host: the writer failed $((t1 - t0)) s after the port went (ctrl_loss_tmo $4 s)"
+}
+
+# --- the rows ---------------------------------------------------------------------
+# hst_insmod: the module loads (not loaded before), its control device is
+# there and its status file says no controller.
+hst_insmod() {
+	! hst_loaded || { echo "rdma_rust_nvme is loaded already"; return 1; }
+	insmod $HST_KO || { echo "insmod $HST_KO failed"; return 1; }
+	wait_for 5 test -c $HST_CTL || { echo "no character device $HST_CTL"; return 1; }
+	hst_none
+}
+
+# hst_rmmod: the module unloads; its control device, its debugfs directory
+# and every disk of its go with it.
+hst_rmmod() {
+	timeout 60 rmmod rdma_rust_nvme || { echo "rmmod rdma_rust_nvme failed"; return 1; }
+	! hst_loaded || { echo "rdma_rust_nvme is still in /proc/modules"; return 1; }
+	[ ! -e $HST_DBG ] || { echo "$HST_DBG is still there"; return 1; }
+	wait_for 5 test ! -e $HST_CTL || { echo "$HST_CTL is still there"; return 1; }
+	wait_for 5 hst_no_disks || { hst_disks_left; echo "disks left after rmmod (above)"; return 1; }
+}
+
+# hst_connect OPTIONS: the write is taken and the same file reads back one
+# line, instance=N,cntlid=M (into hst_inst and hst_cntlid).
+hst_connect() {
+	local r
+	hst_inst='' hst_cntlid=''
+	hst_ctl "$1" reply > /tmp/nvh-reply 2> /tmp/nvh-err ||
+		{ cat /tmp/nvh-err; echo "writing '$1' failed"; return 1; }
+	r=$(sed -n 's/^instance=\([0-9][0-9]*\),cntlid=\([0-9][0-9]*\)$/\1 \2/p' /tmp/nvh-reply)
+	if [ -z "$r" ] || [ "$(wc -l < /tmp/nvh-reply)" != 1 ] || [ "$(tail -c 1 /tmp/nvh-reply | wc -l)" != 1 ]; then
+		echo "read back '$(cat /tmp/nvh-reply)': expected one line instance=N,cntlid=M, newline terminated"
+		hst_disconnect_all
+		return 1
+	fi
+	hst_inst=${r% *} hst_cntlid=${r#* }
+	echo "instance $hst_inst, cntlid $hst_cntlid"
+}
+
+# hst_status_live N ADDR SVCID NQN CNTLID: the status file has one line, of
+# controller N: live, with the address, subsystem and controller ID of the
+# connect, and the queues it asked for.
+hst_status_live() {
+	local n=$1 q
+	q=$(grep -c '^processor' /proc/cpuinfo)
+	[ "$q" -lt $HST_QUEUES ] || q=$HST_QUEUES
+	wait_for 10 hst_expect "$n" state live || { cat $HST_STATUS; hst_expect "$n" state live; return 1; }
+	hst_expect "$n" traddr "$2" && hst_expect "$n" trsvcid "$3" && hst_expect "$n" subnqn "$4" &&
+		hst_expect "$n" cntlid "$5" && hst_expect "$n" io_queues "$q" &&
+		hst_expect "$n" queue_size $HST_DEPTH || { cat $HST_STATUS; return 1; }
+	[ "$(grep -c '^ctrl ' $HST_STATUS)" = 1 ] || { cat $HST_STATUS; echo "expected one controller"; return 1; }
+}
+
+# hst_two_disks N SIZE: controller N lists two disks, rnvmeNn1 and rnvmeNn2,
+# the only ones, block devices of SIZE bytes each; a block written to each
+# reads back from it (two disks that were one namespace would not).
+hst_two_disks() {
+	local n=$1 d i sectors
+	wait_for 10 hst_expect "$n" disks "rnvme${n}n1,rnvme${n}n2" ||
+		{ cat $HST_STATUS; hst_expect "$n" disks "rnvme${n}n1,rnvme${n}n2"; return 1; }
+	for i in 1 2; do
+		d=rnvme${n}n$i
+		wait_for 5 test -b "/dev/$d" || { echo "/dev/$d is not a block device"; return 1; }
+		sectors=$(cat "/sys/block/$d/size" 2> /dev/null)
+		[ "$sectors" = $(($2 / 512)) ] || { echo "$d: '$sectors' sectors, expected $(($2 / 512))"; return 1; }
+	done
+	[ "$(hst_disks_left | grep -c '^/sys/block/')" = 2 ] || { hst_disks_left; echo "expected two disks"; return 1; }
+	for i in 1 2; do
+		dd if=/dev/urandom of=/tmp/nvh-block$i bs=4k count=1 2> /dev/null
+		dd if=/tmp/nvh-block$i of="/dev/rnvme${n}n$i" bs=4k count=1 oflag=direct 2> /dev/null ||
+			{ echo "writing a block to rnvme${n}n$i failed"; return 1; }
+	done
+	for i in 1 2; do
+		dd if="/dev/rnvme${n}n$i" of=/tmp/nvh-back$i bs=4k count=1 iflag=direct 2> /dev/null &&
+			cmp -s /tmp/nvh-block$i /tmp/nvh-back$i ||
+			{ echo "rnvme${n}n$i does not read back the block written to it"; return 1; }
+	done
+}
+
+# hst_status_clean N CNTLID: after the I/O, controller N is still the live
+# one of the connect (a keep-alive failure or a reconnect would have made a
+# new one), completed commands and counted no error.
+hst_status_clean() {
+	local c e
+	hst_expect "$1" state live && hst_expect "$1" cntlid "$2" || { cat $HST_STATUS; return 1; }
+	c=$(hst_field "$1" completed) e=$(hst_field "$1" errors)
+	case $c in
+	'' | *[!0-9]*) cat $HST_STATUS; echo "completed '$c': not a number"; return 1 ;;
+	esac
+	[ "$e" = 0 ] && [ "$c" -gt 0 ] ||
+		{ cat $HST_STATUS; echo "completed $c, errors '$e': expected some completed and 0 errors"; return 1; }
+}
+
+# hst_disconnect N: disconnect=N taken; the disks go and the status empties.
+hst_disconnect() {
+	umount /mnt/nvmt 2> /dev/null
+	hst_ctl "disconnect=$1" 2> /tmp/nvh-err || { cat /tmp/nvh-err; echo "writing disconnect=$1 failed"; return 1; }
+	wait_for 10 hst_none || hst_none
+}
+
+# hst_refused OPTIONS [ERRNO]: writing OPTIONS fails with ERRNO (a pattern of
+# strerror texts; default EINVAL's), the driver logs why in a line of its own,
+# and no controller is left.
+hst_refused() {
+	local want=${2:-Invalid argument}
+	mark
+	if hst_ctl "$1" > /dev/null 2> /tmp/nvh-err; then
+		hst_disconnect_all
+		echo "'$1' was taken: expected it refused ($want)"
+		return 1
+	fi
+	grep -q "$want" /tmp/nvh-err || { cat /tmp/nvh-err; echo "'$1' failed, but not with '$want'"; return 1; }
+	wait_for 2 hst_logged_own || { since_mark; echo "no line 'rdma_rust_nvme: ...' in the kernel log after '$1'"; return 1; }
+	hst_none
+}
+
+# hst_no_listener NQN: a connect to a port where nothing listens fails by
+# itself (within hst_ctl's 60 s), and leaves no controller.
+hst_no_listener() {
+	local rc=0 opts
+	opts=$(hst_opts "$NVMT_ADDR" $HST_NO_LISTENER "$1")
+	hst_ctl "$opts" reply > /tmp/nvh-reply 2> /tmp/nvh-err || rc=$?
+	if [ $rc = 0 ]; then
+		hst_disconnect_all
+		echo "'$opts' was taken ($(cat /tmp/nvh-reply)): nothing listens there"
+		return 1
+	fi
+	[ $rc != 143 ] || { echo "'$opts' did not end within 60 s"; return 1; }
+	echo "refused: $(cat /tmp/nvh-err)"
+	wait_for 10 hst_none || hst_none
+}
+
+# hst_rmmod_connected SVCID NQN: with a controller connected (both disks
+# there), rmmod succeeds: the module's exit deletes the controller, and the
+# disks go with the module.
+hst_rmmod_connected() {
+	local n
+	hst_connect "$(hst_opts "$NVMT_ADDR" "$1" "$2" reconnect_delay=1,ctrl_loss_tmo=10)" || return 1
+	n=$hst_inst
+	wait_for 10 test -b "/dev/rnvme${n}n2" || { cat $HST_STATUS; echo "no disk /dev/rnvme${n}n2"; return 1; }
+	hst_rmmod
+}
+
+# hst_target_rows T ROOT SVCID: every row against the target T (c or rust) of
+# configfs root ROOT, its port on rxe0's address at SVCID: the host loaded,
+# the target set up with two namespaces, then unloaded both, resources and
+# kmemleak as before.
+hst_target_rows() {
+	local t=$1 root=$2 svc=$3 nqn base long n rec
+	local host_gate='' load_gate='' tgt_gate='' ctrl_gate='' disk_gate=''
+	nqn=nqn.2026-11.org.rdma-rust:rdma_nvme_host-$t
+	base=$(hst_opts "$NVMT_ADDR" "$svc" "$nqn")
+	nvmt_skip=$hst_skip nvmt_gate=
+	if [ -z "$nvmt_skip" ]; then
+		case $t in
+		c) hst_kmod_present nvmet-rdma && hst_kmod_present brd ||
+			nvmt_skip="nvmet-rdma or brd is not in the image (CONFIG_NVME_TARGET_RDMA, CONFIG_BLK_DEV_RAM)" ;;
+		rust) [ -e "$NVMT_RUST_KO" ] || nvmt_skip="rdma_rust_nvmet.ko is not in the image" ;;
+		esac
+	fi
+	[ -z "$nvmt_skip" ] || kmsg "rdmatest: nvme: rdma_nvme_host, target $t: every row skipped: $nvmt_skip"
+	kmsg "rdmatest: nvme: target $t: MemFree $(awk '/^MemFree:/ { print int($2 / 1024) }' /proc/meminfo) MiB before the rows"
+	nvmt_resources > /tmp/nvmt-res
+	nvmt_leak_mark
+	mark
+
+	nvmt_check "${t}_insmod" hst_insmod || host_gate="rdma_rust_nvme did not load (row ${t}_insmod)"
+	nvmt_check "${t}_target_load" tgt_load "$root" $HST_SIZE 2 ||
+		load_gate="the target did not load (row ${t}_target_load)"
+	tgt_gate=$load_gate nvmt_gate=$load_gate
+	nvmt_check "${t}_target_setup_two_namespaces" tgt_setup "$root" "$nqn" 1 "$NVMT_ADDR" "$svc" $HST_SIZE 2 ||
+		tgt_gate=${tgt_gate:-"the target was not set up (row ${t}_target_setup_two_namespaces)"}
+
+	# The connect: the queues asked for, keep-alive 5 s (the target ends a
+	# controller whose keep-alives stop: the I/O rows would see it), this
+	# guest's host NQN and ID.
+	nvmt_gate=${host_gate:-$tgt_gate}
+	nvmt_check "${t}_connect" hst_connect "$base,nr_io_queues=$HST_QUEUES,queue_size=$HST_DEPTH,keep_alive_tmo=5,hostnqn=$HST_HOSTNQN,hostid=$HST_HOSTID" ||
+		ctrl_gate="no controller (row ${t}_connect)"
+	n=$hst_inst
+	nvmt_gate=${host_gate:-${tgt_gate:-$ctrl_gate}}
+	nvmt_check "${t}_status_live" hst_status_live "$n" "$NVMT_ADDR" "$svc" "$nqn" "$hst_cntlid"
+	nvmt_check "${t}_two_namespaces_two_disks" hst_two_disks "$n" $HST_SIZE ||
+		disk_gate="no two disks (row ${t}_two_namespaces_two_disks)"
+	# Small for the debug kernel under TCG (nvmet-rdma with the stock host
+	# does ~200 IOPS at QD 1, ~450 at QD 32, ~35 of 128 KiB on a quiet host,
+	# a third of that on a busy one): a few seconds each. Queue depth 32 on
+	# the second namespace.
+	nvmt_gate=${nvmt_gate:-$disk_gate}
+	nvmt_check "${t}_fio_randwrite_4k_qd1_verify" nvmt_fio_dev "/dev/rnvme${n}n1" randwrite 4k 1 256k
+	nvmt_check "${t}_fio_randwrite_4k_qd32_verify" nvmt_fio_dev "/dev/rnvme${n}n2" randwrite 4k 32 1m
+	nvmt_check "${t}_fio_write_128k_verify" nvmt_fio_dev "/dev/rnvme${n}n1" write 128k 8 2m
+	nvmt_check "${t}_ext4_fsck_clean" nvmt_ext4_dev "/dev/rnvme${n}n1" 1
+	nvmt_gate=${host_gate:-${tgt_gate:-$ctrl_gate}}
+	nvmt_check "${t}_status_no_errors" hst_status_clean "$n" "$hst_cntlid"
+	nvmt_gate=${host_gate:-$ctrl_gate}
+	nvmt_check "${t}_disconnect_disks_gone" hst_disconnect "$n"
+	[ -n "$host_gate" ] || hst_disconnect_all > /dev/null 2>&1
+
+	# Error recovery: the port taken away under I/O and given back within
+	# ctrl_loss_tmo (the I/O goes on, verified), then for good (it fails).
+	nvmt_gate=${host_gate:-$tgt_gate}
+	rec=reconnect_delay=1,keep_alive_tmo=5,hostnqn=$HST_HOSTNQN,hostid=$HST_HOSTID
+	nvmt_check "${t}_recovery_connect" hst_connect "$base,nr_io_queues=$HST_QUEUES,queue_size=$HST_DEPTH,ctrl_loss_tmo=30,$rec" ||
+		nvmt_gate=${nvmt_gate:-"no controller (row ${t}_recovery_connect)"}
+	n=$hst_inst
+	nvmt_check "${t}_recovery_port_removed_io_resumes" hst_outage "$root" "$nqn" "$n"
+	nvmt_check "${t}_recovery_disconnect" hst_disconnect "$n"
+	[ -n "$host_gate" ] || hst_disconnect_all > /dev/null 2>&1
+	nvmt_gate=${host_gate:-$tgt_gate}
+	nvmt_check "${t}_loss_connect" hst_connect "$base,nr_io_queues=1,queue_size=$HST_DEPTH,ctrl_loss_tmo=5,$rec" ||
+		nvmt_gate=${nvmt_gate:-"no controller (row ${t}_loss_connect)"}
+	n=$hst_inst
+	nvmt_check "${t}_loss_io_fails_after_ctrl_loss_tmo" hst_loss "$root" "$nqn" "$n" 5
+	nvmt_check "${t}_loss_disconnect_dead" hst_disconnect "$n"
+	[ -n "$host_gate" ] || hst_disconnect_all > /dev/null 2>&1
+
+	# Bad option strings, each otherwise a good connect to the target (taken,
+	# it would connect): EINVAL, a message, no controller.
+	nvmt_gate=$host_gate
+	long=$(awk -v p="$nqn" 'BEGIN { s = p "-"; while (length(s) < 300) s = s "x"; print s }')
+	nvmt_check "${t}_refused_unknown_option" hst_refused "$base,bogus_option=1"
+	nvmt_check "${t}_refused_missing_traddr" hst_refused "transport=rdma,trsvcid=$svc,nqn=$nqn"
+	nvmt_check "${t}_refused_missing_nqn" hst_refused "transport=rdma,traddr=$NVMT_ADDR,trsvcid=$svc"
+	nvmt_check "${t}_refused_transport_tcp" hst_refused "transport=tcp,traddr=$NVMT_ADDR,trsvcid=$svc,nqn=$nqn"
+	nvmt_check "${t}_refused_queue_size_0" hst_refused "$base,queue_size=0"
+	nvmt_check "${t}_refused_non_numeric" hst_refused "$base,nr_io_queues=two"
+	nvmt_check "${t}_refused_duplicate_option" hst_refused "$base,trsvcid=$svc"
+	nvmt_check "${t}_refused_nqn_too_long" hst_refused "$(hst_opts "$NVMT_ADDR" "$svc" "$long")"
+	nvmt_check "${t}_refused_disconnect_unknown" hst_refused "disconnect=9999" 'Invalid argument\|No such file or directory'
+	nvmt_check "${t}_no_listener_connect_fails" hst_no_listener "$nqn"
+	[ -n "$host_gate" ] || hst_disconnect_all > /dev/null 2>&1
+
+	# rmmod with a controller connected, then the module loaded again and
+	# unloaded.
+	nvmt_gate=${host_gate:-$tgt_gate}
+	nvmt_check "${t}_rmmod_while_connected_removes_disks" hst_rmmod_connected "$svc" "$nqn"
+	nvmt_gate=$host_gate
+	nvmt_check "${t}_reinsert" hst_insmod || host_gate=${host_gate:-"rdma_rust_nvme did not load again (row ${t}_reinsert)"}
+	nvmt_gate=$host_gate
+	nvmt_check "${t}_rmmod" hst_rmmod
+	if [ -z "$nvmt_skip" ] && hst_loaded; then
+		hst_disconnect_all > /dev/null 2>&1
+		timeout 60 rmmod rdma_rust_nvme 2> /dev/null
+	fi
+
+	# The target goes, and everything is as before the rows.
+	nvmt_gate=$load_gate
+	nvmt_check "${t}_target_teardown" tgt_teardown "$root"
+	nvmt_check "${t}_target_unload" tgt_unload "$root"
+	nvmt_gate=
+	nvmt_check "${t}_rdma_resources_back" nvmt_resources_back
+	nvmt_check "${t}_kmemleak_clean" nvmt_kmemleak_clean
+}
+
+# nvme_host_suite: the suite rdma_nvme_host: the rows against each target asked
+# for (nvmt_targets: rdmatest.nvmet_target).
+nvme_host_suite() {
+	local targets
+	targets=$(nvmt_targets)
+	suite_begin rdma_nvme_host
+	hst_skip=
+	[ -e $HST_KO ] || hst_skip="rdma_rust_nvme.ko is not in the image (no drivers/rdma_rust_nvme in this tree?)"
+	HST_HOSTID=$(cat /proc/sys/kernel/random/uuid)
+	HST_HOSTNQN=nqn.2014-08.org.nvmexpress:uuid:$HST_HOSTID
+	case $targets in
+	c | both) hst_target_rows c "$CFS/nvmet" 4420 ;;
+	esac
+	case $targets in
+	rust | both) hst_target_rows rust "$CFS/rdma_rust_nvmet" 4421 ;;
+	c) ;;
+	*) case_fail targets "rdmatest.nvmet_target=$targets: c, rust or both" ;;
+	esac
+	suite_end
+}
