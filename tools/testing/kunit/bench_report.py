@@ -50,6 +50,7 @@ PEER_TOOL = {
     "cross_write": "ib_write_bw",
     "blk": "nvme-rdma (fio)",
     "nvmf": "nvmet-rdma (fio)",
+    "nvmh": "nvme-rdma host (fio)",
 }
 # A case is bounded by rxe when the faster side reaches this share of what rxe alone
 # allows for its message size (see rxe_ceiling), and is not above it by more than the noise:
@@ -261,6 +262,8 @@ SECTION_TITLE = {
     2: "Two guests, one RoCE host each (a serves, b sends):",
     3: "NVMe over Fabrics on rxe0 (loopback): the nvme-rdma host against rdma_rust_nvmet (ULP) "
        "and nvmet-rdma (peer), fio on both, IOPS / MB/s and CPU us per I/O:",
+    4: "NVMe over Fabrics hosts on rxe0 (loopback): rdma_rust_nvme (ULP) and the nvme-rdma host "
+       "(peer), both against nvmet-rdma, fio on both, IOPS / MB/s and CPU us per I/O:",
 }
 
 
@@ -268,6 +271,8 @@ def section(name):
     """The table's sections: one-guest verbs cases, the block cases, two-guest cases."""
     if name.startswith("nvmf_"):
         return 3
+    if name.startswith("nvmh_"):
+        return 4
     return 2 if name.startswith("cross_") else 1 if name.startswith("blk_") else 0
 
 

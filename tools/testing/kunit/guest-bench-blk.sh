@@ -332,3 +332,50 @@ bench_nvmf() {
 		bench_say "fail case=nvmf_resources: LEFT BEHIND by the NVMe-oF cases: $(rdma resource show | tr '\n' ';')"
 	fi
 }
+
+# --- NVMe over Fabrics hosts: rdma_rust_nvme against nvme-rdma ----------------
+# The same target (nvmet-rdma, its brd namespace: blkb_nvme_up) and the same
+# fio jobs through two hosts in the same boot: the stock host (nvme-rdma,
+# nvme-cli) as the peer, rdma_rust_nvme (its options string written to
+# /dev/rdma_rust_nvme-fabrics) as the ULP; both with BLKB_QUEUES I/O queues of
+# depth BLKB_DEPTH. Each host's disk is a controller of its own on the one
+# namespace: the runs take turns, never together.
+NVMH_CTL=/dev/rdma_rust_nvme-fabrics
+
+# nvmh_rust_up: rdma_rust_nvme connected to nvmet-rdma's subsystem; prints the
+# disk's name.
+nvmh_rust_up() {
+	local id
+	insmod /lib/modules/extra/rdma_rust_nvme.ko || return 1
+	id=$(cat /proc/sys/kernel/random/uuid)
+	printf 'transport=rdma,traddr=%s,trsvcid=4420,nqn=%s,nr_io_queues=%s,queue_size=%s,hostnqn=nqn.2014-08.org.nvmexpress:uuid:%s,hostid=%s' \
+		$BENCH_ADDR $BLKB_NQN $BLKB_QUEUES $BLKB_DEPTH "$id" "$id" > $NVMH_CTL || return 1
+	for _ in $(seq 1 50); do
+		[ ! -b /dev/rnvme0n1 ] || { echo rnvme0n1; return 0; }
+		sleep 0.2
+	done
+	return 1
+}
+nvmh_rust_down() {
+	echo disconnect=0 > $NVMH_CTL
+	rmmod rdma_rust_nvme
+}
+
+# bench_nvmh: the target and both hosts up, the block cases on the two disks
+# (named nvmh_*), all down; the RDMA resources back to where they were.
+bench_nvmh() {
+	local nvme rust
+	rdma_resources_but_pool > /tmp/blkb-res
+	nvme=$(blkb_nvme_up) || { bench_say "fail case=nvmh_setup side=peer round=0 (nvme-rdma)"; return 1; }
+	rust=$(nvmh_rust_up) || { bench_say "fail case=nvmh_setup side=ulp round=0 (rdma_rust_nvme)"; blkb_nvme_down; return 1; }
+	bench_say "note nvmh: peer /dev/$nvme (the nvme-rdma host), ulp /dev/$rust (rdma_rust_nvme); both controllers of nvmet-rdma's brd namespace (prewritten); $BLKB_MB MiB, $BLKB_QUEUES queues of depth $BLKB_DEPTH; fio $(/usr/bin/fio --version) libaio O_DIRECT"
+	blkb_compare "$nvme" "$rust" nvmh
+	bench_say "note nvmh: rdma_rust_nvme status: $(tr '\n' ' ' < /sys/kernel/debug/rdma_rust_nvme/status)"
+	nvmh_rust_down
+	blkb_nvme_down
+	if wait_for 10 resources_but_pool_same_as /tmp/blkb-res; then
+		bench_say "resources back to where they were after the NVMe-oF host cases (but the core's CQ pool: $(pool_cqs) idle CQs)"
+	else
+		bench_say "fail case=nvmh_resources: LEFT BEHIND by the NVMe-oF host cases: $(rdma resource show | tr '\n' ';')"
+	fi
+}

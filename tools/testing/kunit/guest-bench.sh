@@ -545,6 +545,11 @@ mode_bench() {
 	case ",$only," in
 	,, | *,nvmf,*) bench_nvmf ;;
 	esac
+	# rdma_rust_nvme against nvme-rdma, nvmet-rdma the target of both:
+	# rdmatest.cases=nvmh runs only those.
+	case ",$only," in
+	,, | *,nvmh,*) bench_nvmh ;;
+	esac
 	if [ -z "$only" ]; then
 		bench_floor
 		bench_alloc
