@@ -306,8 +306,23 @@ nvmt_disconnect() {
 # no error recovery, reconnect, timeout or failure of a controller: a command
 # the target failed that its user did not report (mke2fs goes on when its
 # discard fails) still fails the suite.
+#
+# One line is the 6.12 host's own and is let through, only while that
+# controller is being removed: nvme_do_delete_ctrl no longer stops the
+# keep-alive work before nvme_rdma_shutdown_ctrl quiesces and stops the admin
+# queue (nvme_stop_keep_alive runs later, in nvme_remove_admin_tag_set), so a
+# keep-alive queued in that window is failed by the host itself, before it
+# is sent (nvme_fail_nonready_command: BLK_STS_TRANSPORT, 4), whatever the
+# target does.  Any other keep-alive failure, or this one on a live
+# controller, still counts.
 nvmt_host_quiet() {
-	since_mark | grep 'nvme' | grep -i 'error\|reconnect\|timeout\|failed' > /tmp/nvmt-host-errs
+	since_mark | awk '
+		{ c = ""; if (match($0, /nvme nvme[0-9]+: /)) c = substr($0, RSTART + 5, RLENGTH - 7) }
+		/: Removing ctrl: / { removing[c] = 1 }
+		/: new ctrl: / { removing[c] = 0 }
+		/failed nvme_keep_alive_end_io error=4$/ && removing[c] { next }
+		{ print }' |
+		grep 'nvme' | grep -i 'error\|reconnect\|timeout\|failed' > /tmp/nvmt-host-errs
 	[ ! -s /tmp/nvmt-host-errs ] || { cat /tmp/nvmt-host-errs; echo "the host logged the errors above"; return 1; }
 }
 
