@@ -26,7 +26,7 @@ use kernel::workqueue::{self, impl_has_work, new_work, Work, WorkItem};
 
 mod bring_up;
 
-use bring_up::{get_reg, must, CC_QES, CC_SHN_NORMAL, CSTS_SHST_CMPLT, CSTS_SHST_MASK};
+use bring_up::{get_reg, must, CC_EN, CC_QES, CC_SHN_NORMAL, CSTS_SHST_CMPLT, CSTS_SHST_MASK};
 
 /// How often the supervisor looks at a controller without keep-alive.
 const IDLE_MS: u32 = 1000;
@@ -40,7 +40,6 @@ struct Disk {
 /// A connected controller, owned by the module's list.
 pub(crate) struct Ctrl {
     core: Arc<Core>,
-    disks: KVec<Disk>,
 }
 
 /// What the controller's supervisor shares with its owner.
@@ -59,6 +58,9 @@ struct Core {
     cntlid: AtomicU16,
     /// The RDMA device of the first connection.
     dev_name: KVec<u8>,
+    /// The namespaces' disks; the supervisor quiesces them while it reconnects.
+    #[pin]
+    disks: Mutex<KVec<Disk>>,
     keep_alives: AtomicU64,
     reconnects: AtomicU64,
     #[pin]
@@ -113,9 +115,10 @@ impl Core {
         }
     }
 
-    /// Ends every connection (their block requests go back to the block layer), then
-    /// reconnects every `reconnect_delay` until a reconnect succeeds, `ctrl_loss_tmo` has
-    /// passed or the controller is deleted.
+    /// Stops the disks' dispatch and ends every connection (their block requests go back to
+    /// the block layer, where they wait), then reconnects every `reconnect_delay` until a
+    /// reconnect succeeds, `ctrl_loss_tmo` has passed or the controller is deleted; the
+    /// disks dispatch again in each case (to the new connections, or to fail).
     fn recover(&self) {
         let o = &self.opts;
         pr_err!(
@@ -125,11 +128,37 @@ impl Core {
             o.reconnect_delay,
             o.ctrl_loss_tmo
         );
-        self.io.fail(format_args!("the controller reconnects"));
-        self.io.close();
+        // No `queue_rq` is halfway through posting to a queue that closes: what is submitted
+        // from here waits in the block layer. A disk added meanwhile is not quiesced; its
+        // requests are refused (busy) until the controller is live again.
+        self.quiesce(true);
+        {
+            // No timeout handler is giving a request back while the queues close.
+            let _timeouts = self.io.recovery.lock();
+            self.io.fail(format_args!("the controller reconnects"));
+            self.io.close();
+        }
         let admin = self.admin();
         admin.fail(format_args!("the controller reconnects"), true);
         admin.close();
+        self.reconnect_until_lost();
+        self.quiesce(false);
+    }
+
+    /// Stops (`true`) or restarts the dispatch of every disk.
+    fn quiesce(&self, stop: bool) {
+        for d in self.disks.lock().iter_mut() {
+            match (&mut d.disk, stop) {
+                (Some(disk), true) => disk.quiesce(),
+                (Some(disk), false) => disk.unquiesce(),
+                (None, _) => {}
+            }
+        }
+    }
+
+    /// [`Core::recover`]'s reconnects.
+    fn reconnect_until_lost(&self) {
+        let o = &self.opts;
         let lost = Ktime::ktime_get();
         loop {
             self.health.wait(o.reconnect_delay * 1000);
@@ -184,11 +213,100 @@ impl Core {
             a.queue.close();
             return Err(EPROTO);
         }
+        // The disks' limits and the queues' in-capsule size came from the first Identify.
+        let (was, now) = (self.id.max_transfer, a.id.max_transfer);
+        let smaller = now != 0 && (was == 0 || now < was);
+        if smaller || a.id.in_capsule < self.id.in_capsule {
+            pr_err!(
+                "rnvme{}: the target's transfers are smaller now (MDTS {} bytes, in-capsule {} bytes; were {} and {})\n",
+                self.instance,
+                now,
+                a.id.in_capsule,
+                was,
+                self.id.in_capsule
+            );
+            a.queue.close();
+            return Err(EPROTO);
+        }
         let queues = bring_up::io_queues(&self.opts, &a, n, self.queue_size, &self.health)
             .inspect_err(|_| a.queue.close())?;
         self.cntlid.store(a.cntlid, Ordering::Relaxed);
         *self.admin.lock() = a.queue;
         self.io.replace(queues);
+        Ok(())
+    }
+
+    /// Identifies each namespace of `nsids` and adds a disk for the active ones; a namespace
+    /// whose Identify fails is skipped, as nvme skips it.
+    fn add_disks(&self, nsids: &[u32]) -> Result {
+        let c = self;
+        // One command fewer than the queue's entries, as nvme's tag sets (`sqsize`): a full
+        // submission queue holds one entry fewer than its size.
+        let tagset = Arc::pin_init(
+            TagSet::new(c.io.len() as u32, u32::from(c.queue_size) - 1, 1),
+            GFP_KERNEL,
+        )?;
+        let mut buf = KVec::from_elem(0u8, IDENTIFY_LEN, GFP_KERNEL)?;
+        let max_io = match c.id.max_transfer {
+            0 => MAX_IO,
+            n => n.min(u64::from(MAX_IO)) as u32,
+        };
+        let admin = c.admin();
+        for &nsid in nsids {
+            buf.fill(0);
+            let identify = must(
+                &admin,
+                Command::identify(CNS_NS, nsid),
+                Data::FromTarget(&mut buf),
+                "Identify Namespace",
+            );
+            match identify {
+                Ok(_) => {}
+                // The target refused this one: the others may still be served.
+                Err(_) if !admin.is_dead() => {
+                    pr_err!("namespace {nsid}: Identify failed: not served\n");
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+            let ns = match IdNs::decode(&buf) {
+                Ok(Some(ns)) => ns,
+                Ok(None) => continue,
+                Err(why) => {
+                    pr_err!("namespace {nsid}: {why}: not served\n");
+                    continue;
+                }
+            };
+            let data = Arc::new(
+                Ns {
+                    io: c.io.clone(),
+                    nsid,
+                    lba_shift: ns.lba_shift,
+                },
+                GFP_KERNEL,
+            )?;
+            let block = 1u32 << ns.lba_shift;
+            let disk = GenDiskBuilder::new()
+                .capacity_sectors(ns.blocks << (ns.lba_shift - 9))
+                .logical_block_size(block)?
+                .physical_block_size(block)?
+                .max_hw_sectors(max_io / 512)?
+                .virt_boundary(PAGE_SIZE - 1)?
+                .write_cache(c.id.write_cache)
+                .timeout_ms(IO_TIMEOUT_MS)
+                .build(
+                    format_args!("rnvme{}n{}", c.instance, nsid),
+                    tagset.clone(),
+                    data,
+                )?;
+            self.disks.lock().push(
+                Disk {
+                    nsid,
+                    disk: Some(disk),
+                },
+                GFP_KERNEL,
+            )?;
+        }
         Ok(())
     }
 }
@@ -226,6 +344,7 @@ impl Ctrl {
                     admin <- new_mutex!(admin2, "rdma_rust_nvme_admin"),
                     cntlid: AtomicU16::new(a.cntlid),
                     dev_name,
+                    disks <- new_mutex!(KVec::new(), "rdma_rust_nvme_disks"),
                     keep_alives: AtomicU64::new(0),
                     reconnects: AtomicU64::new(0),
                     work <- new_work!("rdma_rust_nvme_supervisor"),
@@ -241,15 +360,16 @@ impl Ctrl {
                 return Err(e);
             }
         };
-        let mut ctrl = Self {
-            core,
-            disks: KVec::new(),
-        };
+        // The supervisor runs before the disks are added: a queue failing under the
+        // partition scan's reads is recovered (or the controller given up) like any other.
+        if workqueue::system_long().enqueue(core.clone()).is_err() {
+            io.close();
+            a.queue.close();
+            return Err(EBUSY);
+        }
+        let ctrl = Self { core };
         // From here dropping `ctrl` undoes everything.
-        ctrl.add_disks(&nsids)?;
-        workqueue::system_long()
-            .enqueue(ctrl.core.clone())
-            .map_err(|_| EBUSY)?;
+        ctrl.core.add_disks(&nsids)?;
         Ok(ctrl)
     }
 
@@ -265,68 +385,7 @@ impl Ctrl {
         &self.core.opts
     }
 
-    /// Identifies each namespace of `nsids` and adds a disk for the active ones.
-    fn add_disks(&mut self, nsids: &[u32]) -> Result {
-        let c = &self.core;
-        let tagset = Arc::pin_init(
-            TagSet::new(c.io.len() as u32, u32::from(c.queue_size), 1),
-            GFP_KERNEL,
-        )?;
-        let mut buf = KVec::from_elem(0u8, IDENTIFY_LEN, GFP_KERNEL)?;
-        let max_io = match c.id.max_transfer {
-            0 => MAX_IO,
-            n => n.min(u64::from(MAX_IO)) as u32,
-        };
-        let admin = c.admin();
-        for &nsid in nsids {
-            buf.fill(0);
-            must(
-                &admin,
-                Command::identify(CNS_NS, nsid),
-                Data::FromTarget(&mut buf),
-                "Identify Namespace",
-            )?;
-            let ns = match IdNs::decode(&buf) {
-                Ok(Some(ns)) => ns,
-                Ok(None) => continue,
-                Err(why) => {
-                    pr_err!("namespace {nsid}: {why}: not served\n");
-                    continue;
-                }
-            };
-            let data = Arc::new(
-                Ns {
-                    io: c.io.clone(),
-                    nsid,
-                    lba_shift: ns.lba_shift,
-                },
-                GFP_KERNEL,
-            )?;
-            let block = 1u32 << ns.lba_shift;
-            let disk = GenDiskBuilder::new()
-                .capacity_sectors(ns.blocks << (ns.lba_shift - 9))
-                .logical_block_size(block)?
-                .physical_block_size(block)?
-                .max_hw_sectors(max_io / 512)?
-                .virt_boundary(PAGE_SIZE - 1)?
-                .timeout_ms(IO_TIMEOUT_MS)
-                .build(
-                    format_args!("rnvme{}n{}", c.instance, nsid),
-                    tagset.clone(),
-                    data,
-                )?;
-            self.disks.push(
-                Disk {
-                    nsid,
-                    disk: Some(disk),
-                },
-                GFP_KERNEL,
-            )?;
-        }
-        Ok(())
-    }
-
-    /// Whether the controller's queues are on `dev`.
+    /// Whether the controller's first connection was on `dev`.
     pub(crate) fn is_on(&self, dev: &Device) -> bool {
         self.core.dev_name.as_slice() == dev.name().as_bytes()
     }
@@ -356,23 +415,27 @@ impl Ctrl {
             c.queue_size,
             c.id.in_capsule.min(IN_CAPSULE_MAX),
         )?;
-        for (i, d) in self.disks.iter().enumerate() {
+        let disks = c.disks.lock();
+        for (i, d) in disks.iter().enumerate() {
             let sep = if i == 0 { "" } else { "," };
             write!(f, "{sep}rnvme{}n{}", c.instance, d.nsid)?;
         }
-        if self.disks.is_empty() {
+        if disks.is_empty() {
             write!(f, "-")?;
         }
+        drop(disks);
         let unended: u64 =
             c.io.all().map(|q| q.unended()).sum::<u64>() + c.io.unended.load(Ordering::Relaxed);
         writeln!(
             f,
-            " completed {} errors {} in_capsule {} keyed {} local_inv {} timeouts {} keep_alives {} reconnects {} unended {}",
+            " completed {} errors {} in_capsule {} keyed {} local_inv {} flushes {} fua {} timeouts {} keep_alives {} reconnects {} unended {}",
             counts.completed,
             counts.errors,
             counts.in_capsule,
             counts.keyed,
             counts.local_inv,
+            counts.flushes,
+            counts.fua,
             c.io.timeouts.load(Ordering::Relaxed),
             c.keep_alives.load(Ordering::Relaxed),
             c.reconnects.load(Ordering::Relaxed),
@@ -403,11 +466,11 @@ impl Drop for Ctrl {
         if c.health.state() != State::Live {
             c.io.fail(format_args!("deleting"));
         }
-        for d in self.disks.iter_mut() {
-            drop(d.disk.take());
-        }
+        let disks = core::mem::take(&mut *c.disks.lock());
+        drop(disks);
         if c.health.state() == State::Live && !admin.is_dead() {
-            let shut = Command::prop_set(reg::CC, CC_QES | CC_SHN_NORMAL);
+            // Shutdown keeps the controller enabled (CC.EN), as nvme's.
+            let shut = Command::prop_set(reg::CC, CC_QES | CC_EN | CC_SHN_NORMAL);
             if must(&admin, shut, Data::None, "Property Set CC.SHN").is_ok() {
                 for _ in 0..20 {
                     match get_reg(&admin, reg::CSTS, false, "Property Get CSTS") {

@@ -8,11 +8,11 @@ use crate::queue::{Blk, Counts, Health, Queue, State};
 use core::pin::Pin;
 use core::sync::atomic::{AtomicU64, Ordering};
 use kernel::block::mq::{Operations, Request, TimedOut, TimeoutAction};
-use kernel::new_spinlock_bh;
 use kernel::prelude::*;
 use kernel::rdma::sync::SpinLockBh;
-use kernel::sync::{Arc, ArcBorrow};
+use kernel::sync::{Arc, ArcBorrow, Mutex};
 use kernel::types::ARef;
+use kernel::{new_mutex, new_spinlock_bh};
 
 /// How long a command may wait for its completion before its queue fails (nvme's default
 /// I/O timeout).
@@ -21,9 +21,15 @@ pub(crate) const IO_TIMEOUT_MS: u32 = 30_000;
 /// A controller's I/O queues, one per hardware queue of its disks: each replaced by a new
 /// connection when the controller reconnects. Closed when the last disk and the controller
 /// let them go.
+#[pin_data(PinnedDrop)]
 pub(crate) struct IoQueues {
     queues: KVec<Pin<KBox<SpinLockBh<Arc<Queue>>>>>,
     pub(crate) health: Arc<Health>,
+    /// Held by a timeout handler while it gives its request back, and by the recovery while
+    /// it closes the queues: a request is given back by one of them, never dropped between
+    /// the two.
+    #[pin]
+    pub(crate) recovery: Mutex<()>,
     pub(crate) timeouts: AtomicU64,
     /// Block requests no queue took that could not be ended.
     pub(crate) unended: AtomicU64,
@@ -43,15 +49,16 @@ impl IoQueues {
                     GFP_KERNEL,
                 )?;
             }
-            Ok(Arc::new(
-                IoQueues {
+            Arc::pin_init(
+                pin_init!(IoQueues {
                     queues: slots,
                     health,
+                    recovery <- new_mutex!((), "rdma_rust_nvme_recovery"),
                     timeouts: AtomicU64::new(0),
                     unended: AtomicU64::new(0),
-                },
+                }),
                 GFP_KERNEL,
-            )?)
+            )
         })();
         if made.is_err() {
             for q in queues.iter() {
@@ -107,8 +114,9 @@ impl IoQueues {
     }
 }
 
-impl Drop for IoQueues {
-    fn drop(&mut self) {
+#[pinned_drop]
+impl PinnedDrop for IoQueues {
+    fn drop(self: Pin<&mut Self>) {
         self.close();
     }
 }
@@ -150,6 +158,7 @@ impl Operations for Blk {
     fn commit_rqs(_ns: ArcBorrow<'_, Ns>) {}
 
     fn timeout(ns: ArcBorrow<'_, Ns>, rq: TimedOut) -> TimeoutAction {
+        let _recovery = ns.io.recovery.lock();
         let Some(q) = ns.io.get(rq.hw_queue() as usize) else {
             return TimeoutAction::ResetTimer;
         };

@@ -144,12 +144,14 @@ impl Command {
             .cdw(11, v | (v << 16))
     }
 
-    /// A read or write of `blocks` logical blocks from `lba` on `nsid`.
-    pub(crate) fn rw(opcode: u8, nsid: u32, lba: u64, blocks: u32) -> Self {
+    /// A read or write of `blocks` logical blocks from `lba` on `nsid`; with `fua` (Force
+    /// Unit Access) the data is durable when the command ends.
+    pub(crate) fn rw(opcode: u8, nsid: u32, lba: u64, blocks: u32, fua: bool) -> Self {
+        let fua = if fua { 1 << 30 } else { 0 };
         Self::new(opcode, nsid)
             .cdw(10, lba as u32)
             .cdw(11, (lba >> 32) as u32)
-            .cdw(12, blocks.saturating_sub(1) & 0xffff)
+            .cdw(12, (blocks.saturating_sub(1) & 0xffff) | fua)
     }
 }
 
@@ -224,6 +226,8 @@ pub(crate) struct IdCtrl {
     pub(crate) nn: u32,
     /// In-capsule data an I/O command may carry, in bytes.
     pub(crate) in_capsule: u32,
+    /// A volatile write cache (VWC bit 0): writes need Flush or FUA to be durable.
+    pub(crate) write_cache: bool,
 }
 
 impl IdCtrl {
@@ -250,6 +254,7 @@ impl IdCtrl {
                 4096u64 << mdts
             },
             cntlid: le16(b, 78),
+            write_cache: b[525] & 1 != 0,
             kas: le16(b, 320),
             maxcmd: le16(b, 514),
             nn: le32(b, 516),

@@ -114,6 +114,10 @@ pub(crate) struct Counts {
     pub(crate) keyed: u64,
     /// Of those, the completions that did not invalidate the rkey (invalidated locally).
     pub(crate) local_inv: u64,
+    /// Flush commands sent.
+    pub(crate) flushes: u64,
+    /// Writes sent with Force Unit Access.
+    pub(crate) fua: u64,
 }
 
 impl Counts {
@@ -123,6 +127,8 @@ impl Counts {
         self.in_capsule += o.in_capsule;
         self.keyed += o.keyed;
         self.local_inv += o.local_inv;
+        self.flushes += o.flushes;
+        self.fua += o.fua;
     }
 }
 
@@ -600,11 +606,12 @@ impl Queue {
             return Ok(());
         };
         let cid = proto::cid(tag as u16, gen);
+        let fua = opcode == io::WRITE && rq.is_fua();
         let mut cmd = if opcode == io::FLUSH {
             Command::new(opcode, nsid)
         } else {
             let blocks = len >> lba_shift;
-            Command::rw(opcode, nsid, rq.sector() >> (lba_shift - 9), blocks)
+            Command::rw(opcode, nsid, rq.sector() >> (lba_shift - 9), blocks, fua)
         };
         cmd.set_cid(cid);
         let io = wr.data_mut();
@@ -711,6 +718,8 @@ impl Queue {
             if keyed {
                 s.counts.keyed += 1;
             }
+            s.counts.flushes += u64::from(opcode == io::FLUSH);
+            s.counts.fua += u64::from(fua);
         }
         let posted = self.qp.post_send(wr, |io, ops| {
             if let Some(r) = io.named() {

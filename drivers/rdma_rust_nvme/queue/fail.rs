@@ -59,31 +59,39 @@ impl Health {
     /// Moves from `from` to `to`; `false` if the state was another.
     pub(crate) fn change(&self, from: State, to: State) -> bool {
         self.state
-            .compare_exchange(from as u8, to as u8, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(from as u8, to as u8, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
     }
 
     /// No recovery from here on (the controller is being deleted): a controller that is not
     /// live fails its requests at once, a live one once a queue fails. Wakes the recovery.
+    ///
+    /// Sequentially consistent with [`Health::queue_failed`]'s change and second look: either
+    /// this sees the controller recovering, or that sees the flag; both end `Deleting`.
     pub(crate) fn stop_recovery(&self) {
-        self.no_recovery.store(true, Ordering::Release);
-        if self.state() != State::Live {
-            self.state.store(State::Deleting as u8, Ordering::Release);
+        self.no_recovery.store(true, Ordering::SeqCst);
+        if self.state.load(Ordering::SeqCst) != State::Live as u8 {
+            self.state.store(State::Deleting as u8, Ordering::SeqCst);
         }
         self.wake.complete_all();
     }
 
     /// Whether [`Health::stop_recovery`] was called.
     pub(crate) fn stopping(&self) -> bool {
-        self.no_recovery.load(Ordering::Acquire)
+        self.no_recovery.load(Ordering::SeqCst)
     }
 
     /// A queue failed: a live controller starts recovering (or, being deleted, fails its
     /// requests). Any context but hard interrupts.
     pub(crate) fn queue_failed(&self) {
         if self.stopping() {
-            self.state.store(State::Deleting as u8, Ordering::Release);
+            self.state.store(State::Deleting as u8, Ordering::SeqCst);
         } else if self.change(State::Live, State::Recovering) {
+            // A deletion that started between the first look and the change found the
+            // controller live and left its state alone: no one would recover it.
+            if self.stopping() {
+                self.state.store(State::Deleting as u8, Ordering::SeqCst);
+            }
             self.wake.complete();
         }
     }

@@ -294,6 +294,26 @@ hst_status_clean() {
 		{ cat $HST_STATUS; echo "completed $c, errors '$e': expected some completed and 0 errors"; return 1; }
 }
 
+# hst_flush_fua N DISK: both targets report a volatile write cache (VWC), so
+# DISK is "write back": an fsync of written data reaches the target as a
+# Flush, and an O_SYNC direct write as writes with Force Unit Access, each
+# counted on controller N's status line.
+hst_flush_fua() {
+	local f0 u0 f1 u1 wc
+	wc=$(cat "/sys/block/$2/queue/write_cache" 2> /dev/null)
+	[ "$wc" = "write back" ] || { echo "$2: write_cache '$wc', expected 'write back'"; return 1; }
+	f0=$(hst_field "$1" flushes) u0=$(hst_field "$1" fua)
+	dd if=/dev/urandom of="/dev/$2" bs=4k count=8 conv=fsync 2> /tmp/nvh-err ||
+		{ cat /tmp/nvh-err; echo "a buffered write with fsync to $2 failed"; return 1; }
+	$FIO --name=fua --filename="/dev/$2" --rw=write --bs=4k --size=8k --offset=32k \
+		--ioengine=psync --direct=1 --sync=1 > /tmp/nvh-err 2>&1 ||
+		{ cat /tmp/nvh-err; echo "an O_SYNC direct write to $2 failed"; return 1; }
+	f1=$(hst_field "$1" flushes) u1=$(hst_field "$1" fua)
+	[ "$f1" -gt "$f0" ] 2> /dev/null || { cat $HST_STATUS; echo "flushes $f0 -> $f1: the fsync sent no Flush"; return 1; }
+	[ "$u1" -ge $((u0 + 2)) ] 2> /dev/null || { cat $HST_STATUS; echo "fua $u0 -> $u1: expected two FUA writes"; return 1; }
+	echo "flushes $f0 -> $f1, fua $u0 -> $u1"
+}
+
 # hst_disconnect N: disconnect=N taken; the disks go and the status empties.
 hst_disconnect() {
 	umount /mnt/nvmt 2> /dev/null
@@ -394,6 +414,7 @@ hst_target_rows() {
 	nvmt_check "${t}_fio_randwrite_4k_qd32_verify" nvmt_fio_dev "/dev/rnvme${n}n2" randwrite 4k 32 1m
 	nvmt_check "${t}_fio_write_128k_verify" nvmt_fio_dev "/dev/rnvme${n}n1" write 128k 8 2m
 	nvmt_check "${t}_ext4_fsck_clean" nvmt_ext4_dev "/dev/rnvme${n}n1" 1
+	nvmt_check "${t}_fsync_flush_dsync_fua" hst_flush_fua "$n" "rnvme${n}n2"
 	nvmt_gate=${host_gate:-${tgt_gate:-$ctrl_gate}}
 	nvmt_check "${t}_status_no_errors" hst_status_clean "$n" "$hst_cntlid"
 	nvmt_gate=${host_gate:-$ctrl_gate}

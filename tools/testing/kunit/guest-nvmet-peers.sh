@@ -9,7 +9,8 @@
 #     controllers and connections back to 0; then the target guest's rxe0
 #     deleted under the host's fio and added back: the target listens again
 #     (its repair ticker), the host's reconnect loop reconnects, fio sees no
-#     error;
+#     error; then the project's host (rdma_rust_nvme, guest-nvme.sh's rows)
+#     in place of the stock one: the Rust pair between the guests;
 #   rdma_nvmet_peer_kill (a): b connects again with a 5 s keep-alive timeout
 #     just before rdma_peer_a_kill kills its QEMU; the target ends that
 #     controller for want of keep-alives within 2 x KATO, and everything is
@@ -194,6 +195,11 @@ mode_nvmet_peer_target() {
 	nvmt_check host_disconnect_gives_back nvmp_word_then_status 5052 ok 0 0 600
 	nvmt_check link_delete_under_host_io nvmp_link_outage
 	nvmt_check outage_disconnect_gives_back nvmp_word_then_status 5055 ok 0 0 180
+	# The project's host (rdma_rust_nvme) on b: the Rust pair across the
+	# guests, one controller of two connections again.
+	[ -e $HST_KO ] || nvmt_skip="rdma_rust_nvme.ko is not in the image (no drivers/rdma_rust_nvme in this tree)"
+	nvmt_check rust_host_controller_seen nvmp_word_then_status 5056 ok 1 2 180
+	nvmt_check rust_host_disconnect_gives_back nvmp_word_then_status 5057 ok 0 0 600
 	suite_end
 }
 
@@ -233,7 +239,38 @@ mode_nvmet_peer_host() {
 	nvmt_check outage_disconnect nvmt_disconnect $NVMP_NQN
 	$NVME disconnect-all > /dev/null 2>&1
 	nvmp_tell 5055 outage_disconnect
+	nvmp_rust_host_rows
 	suite_end
+}
+
+# nvmp_rust_host_rows: (b) the project's host, rdma_rust_nvme, against the
+# same target on a (guest-nvme.sh's rows): connect, fio with verification,
+# ext4, a Flush for fsync and FUA for O_SYNC writes, no error counted,
+# disconnect with the target's controller and connections gone, rmmod.
+nvmp_rust_host_rows() {
+	local n= gate= id
+	id=$(cat /proc/sys/kernel/random/uuid)
+	nvmt_gate=$nvmp_alone
+	[ -e $HST_KO ] || nvmt_skip="rdma_rust_nvme.ko is not in the image (no drivers/rdma_rust_nvme in this tree)"
+	nvmt_check rust_host_insmod hst_insmod || gate="rdma_rust_nvme did not load (row rust_host_insmod)"
+	nvmt_gate=${nvmp_alone:-$gate}
+	nvmt_check rust_host_connect hst_connect \
+		"$(hst_opts $NVMP_TARGET $NVMP_SVC $NVMP_NQN "keep_alive_tmo=5,hostnqn=nqn.2014-08.org.nvmexpress:uuid:$id,hostid=$id")" ||
+		gate=${gate:-"no controller (row rust_host_connect)"}
+	n=$hst_inst
+	nvmp_tell 5056 rust_host_connect
+	nvmt_gate=${nvmp_alone:-$gate}
+	nvmt_check rust_host_fio_randwrite_4k_qd32_verify nvmt_fio_dev "/dev/rnvme${n}n1" randwrite 4k 32 2m
+	nvmt_check rust_host_fio_write_128k_verify nvmt_fio_dev "/dev/rnvme${n}n1" write 128k 8 4m
+	nvmt_check rust_host_ext4_fsck_clean nvmt_ext4_dev "/dev/rnvme${n}n1" 1
+	nvmt_check rust_host_fsync_flush_dsync_fua hst_flush_fua "$n" "rnvme${n}n1"
+	nvmt_check rust_host_status_no_errors hst_status_clean "$n" "$hst_cntlid"
+	nvmt_check rust_host_disconnect hst_disconnect "$n"
+	hst_disconnect_all > /dev/null 2>&1
+	nvmp_tell 5057 rust_host_disconnect
+	nvmt_gate=
+	hst_loaded || nvmt_gate="rdma_rust_nvme is not loaded"
+	nvmt_check rust_host_rmmod hst_rmmod
 }
 
 # rdma_nvmet_peer_kill: (a, after rdma_peer_a_kill) the killed host's
