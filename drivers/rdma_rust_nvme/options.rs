@@ -10,7 +10,7 @@
 use crate::proto::NQN_MAX;
 use kernel::fmt;
 use kernel::prelude::*;
-use kernel::rdma::cm::SockAddr;
+use kernel::rdma::{cm::SockAddr, sync::online_cpus};
 use kernel::str::CString;
 
 /// The NVMe/RDMA port number when `trsvcid` is not given.
@@ -29,6 +29,7 @@ pub(crate) struct Options {
     pub(crate) subnqn: KVec<u8>,
     pub(crate) hostnqn: KVec<u8>,
     pub(crate) hostid: [u8; 16],
+    /// I/O queues to ask for: at most one per CPU online (as nvme-fabrics caps them).
     pub(crate) nr_io_queues: u16,
     /// Entries of each I/O queue.
     pub(crate) queue_size: u16,
@@ -103,7 +104,7 @@ impl Options {
             subnqn: KVec::new(),
             hostnqn: KVec::new(),
             hostid: *default_host.1,
-            nr_io_queues: 4,
+            nr_io_queues: MAX_IO_QUEUES,
             queue_size: 128,
             kato: 5,
             reconnect_delay: 10,
@@ -192,6 +193,9 @@ impl Options {
         if o.hostnqn.is_empty() {
             o.hostnqn.extend_from_slice(default_host.0, GFP_KERNEL)?;
         }
+        // More queues than CPUs would carry no request: blk-mq maps every CPU to one.
+        let cpus = u16::try_from(online_cpus()).unwrap_or(u16::MAX).max(1);
+        o.nr_io_queues = o.nr_io_queues.min(cpus);
         Ok(o)
     }
 }

@@ -7,6 +7,7 @@
  */
 
 #include <linux/bottom_half.h>
+#include <linux/cpumask.h>
 #include <linux/completion.h>
 #include <linux/device.h>
 #include <linux/fault-inject.h>
@@ -273,6 +274,11 @@ void rust_helper_rdma_dma_sync_sg(struct ib_device *dev, struct scatterlist *sg,
 bool rust_helper_rdma_in_atomic(void)
 {
 	return in_atomic() || irqs_disabled() || rcu_preempt_depth();
+}
+
+unsigned int rust_helper_num_online_cpus(void)
+{
+	return num_online_cpus();
 }
 
 #ifdef CONFIG_FAULT_INJECTION

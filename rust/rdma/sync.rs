@@ -260,6 +260,13 @@ pub(crate) fn atomic() -> bool {
     unsafe { bindings::rdma_in_atomic() }
 }
 
+/// The number of CPUs online (`num_online_cpus()`): what a driver sizes its queues by (one
+/// per CPU at most, as nvme's). A snapshot: CPUs may come and go after it. Any context.
+pub fn online_cpus() -> u32 {
+    // SAFETY: Reads a counter; no precondition.
+    unsafe { bindings::num_online_cpus() }
+}
+
 /// Sleeps for about `ms` milliseconds (`msleep`): the pause of a polling loop in process
 /// context (later kernels have `kernel::time::delay::fsleep`). Sleeps: process context only.
 pub fn msleep(ms: u32) {
