@@ -321,6 +321,70 @@ nvmet_fuzz_cycle() {
 	return $rc
 }
 
+# --- the NVMe-oF host under port removals ------------------------------------------
+# rdma_rust_nvme connected to nvmet-rdma (a brd namespace on rxe1's address),
+# reconnect_delay 1 and ctrl_loss_tmo 30; each cycle takes the port from the
+# subsystem for a second under a verifying fio. guest-nvme.sh's and
+# guest-nvmet.sh's helpers (hst_*, tgt_*).
+STRESS_NVME_ROOT=/sys/kernel/config/nvmet
+STRESS_NVME_NQN=nqn.2026-11.org.rdma-rust:stress
+STRESS_NVME_SVC=4430
+STRESS_NVME_SIZE=$((16 * 1024 * 1024))
+STRESS_NVME_ADDR=10.77.1.1
+
+# nvme_port_up: the target served, the host loaded and connected, its disk
+# there (stress_nvme: the controller's instance).
+nvme_port_up() {
+	[ -e $HST_KO ] || { echo "rdma_rust_nvme.ko is not in the image"; return 1; }
+	[ -x "$FIO" ] || { echo "no fio in the image"; return 1; }
+	tgt_load $STRESS_NVME_ROOT $STRESS_NVME_SIZE &&
+		tgt_setup $STRESS_NVME_ROOT $STRESS_NVME_NQN 1 $STRESS_NVME_ADDR $STRESS_NVME_SVC $STRESS_NVME_SIZE ||
+		{ echo "nvmet-rdma was not set up"; return 1; }
+	insmod $HST_KO || { echo "insmod $HST_KO failed"; return 1; }
+	hst_connect "$(hst_opts $STRESS_NVME_ADDR $STRESS_NVME_SVC $STRESS_NVME_NQN reconnect_delay=1,ctrl_loss_tmo=30)" ||
+		return 1
+	wait_for 10 test -b "/dev/rnvme${hst_inst}n1" || { echo "no /dev/rnvme${hst_inst}n1"; return 1; }
+	stress_nvme=$hst_inst
+}
+
+# nvme_port_back R0: the controller is live and counted more reconnects than R0.
+nvme_port_back() {
+	[ "$(hst_field "$stress_nvme" state)" = live ] && [ "$(hst_field "$stress_nvme" reconnects)" -gt "$1" ]
+}
+
+# nvme_port_cycle: a verifying 4 KiB writer (6 s); after 1 s the port is
+# taken away, after another second given back: fio ends with no error and its
+# data verified, the controller is live again with one more reconnect.
+nvme_port_cycle() {
+	local r0 rc=0
+	r0=$(hst_field "$stress_nvme" reconnects)
+	[ -n "$r0" ] || { cat $HST_STATUS; echo "no controller $stress_nvme"; return 1; }
+	hst_bg_fio "/dev/rnvme${stress_nvme}n1" 6
+	sleep 1
+	tgt_unlink $STRESS_NVME_ROOT $STRESS_NVME_NQN 1 || { echo "unlinking the port failed"; rc=1; }
+	sleep 1
+	tgt_link $STRESS_NVME_ROOT $STRESS_NVME_NQN 1 || { echo "linking the port again failed"; rc=1; }
+	wait "$(cat /tmp/nvh-bg.pid)" || { cat /tmp/nvh-bg; echo "fio failed"; rc=1; }
+	wait_for 30 nvme_port_back "$r0" ||
+		{ cat $HST_STATUS; echo "not live again with a reconnect within 30 s"; rc=1; }
+	return $rc
+}
+
+# nvme_port_down: disconnected, the host unloaded, the target torn down and
+# unloaded; then rxe1 deleted and added again, which frees the idle CQs that
+# nvmet-rdma left in the core's CQ pool (the device's until it goes), so that
+# the suite's baseline holds.
+nvme_port_down() {
+	local rc=0
+	hst_disconnect_all > /dev/null 2>&1
+	if hst_loaded; then hst_rmmod || rc=1; fi
+	tgt_teardown $STRESS_NVME_ROOT > /dev/null 2>&1
+	tgt_teardown $STRESS_NVME_ROOT || rc=1
+	tgt_unload $STRESS_NVME_ROOT || { echo "nvmet-rdma did not unload"; rc=1; }
+	timeout 60 rdma link delete rxe1 && add_rxe rxe1 veth1 || { echo "rxe1 did not come back"; rc=1; }
+	return $rc
+}
+
 # stress_suite CYCLES HOSTILE RC_MSGS UD_MSGS [PINGS [NVMET_FUZZ]]: the fault
 # suite, as the KTAP suite rdma_stress; PINGS rping round trips each way with
 # long_rping (`make stress` only: make test's rdma_ulp_cm makes a hundred);
@@ -342,6 +406,16 @@ stress_suite() {
 	check nvmet_fuzz stress_kind nvmet_fuzz 1 nvmet_fuzz_cycle "$nfuzz"
 	check long_rc stress_kind long_rc 1 long_rc "$nrc"
 	check long_ud stress_kind long_ud 1 long_ud "$nud"
+	stress_nvme=
+	check nvme_port_up nvme_port_up
+	if [ -n "$stress_nvme" ]; then
+		check nvme_port_cycles stress_kind nvme_port "$cycles" nvme_port_cycle
+		[ ! -s /tmp/stress-why ] || { cat /tmp/stress-why > /dev/console; : > /tmp/stress-why; }
+	else
+		check nvme_port_cycles sh -c 'echo "no controller: row nvme_port_up failed"; exit 1'
+	fi
+	check nvme_port_down nvme_port_down
+	check nvme_port_back_to_baseline back_to_baseline ulp
 	[ "$nping" = 0 ] || check long_rping stress_kind long_rping 1 long_rping "$nping"
 	check stress_rmmod timeout 60 rmmod rdma_rust_ulp
 	check rmmod_cycles stress_kind rmmod "$cycles" rmmod_cycle

@@ -87,12 +87,14 @@ boot=$run_dir/boot
 mkdir -p "$boot"
 cp "${BZIMAGE:-$KSRC/arch/x86/boot/bzImage}" "$boot/bzImage"
 cp "$IMAGES/initramfs.cpio.gz" "$boot/"
-# Only a bench and the NVMe-oF suites boot the image with fio and nvme-cli (44 MB):
-# the loopback guest when it runs its nvmet or nvme suite, the test topology's
-# peers always (the NVMe-oF suites between them, guest-nvmet-peers.sh).
+# Only a bench, the fault suite and the NVMe-oF suites boot the image with fio and
+# nvme-cli (44 MB): the loopback guest when it runs its nvmet, nvme or stress
+# suite (the NVMe-oF host's port removals), the test topology's peers always (the
+# NVMe-oF suites between them, guest-nvmet-peers.sh).
 nvmet_image= peers_image=
 case "$mode:${RDMATEST_EXTRA:-}" in
-bench:* | test:*rdmatest.only=nvmet* | test:*rdmatest.only=nvme | test:*"rdmatest.only=nvme "*) nvmet_image=1 ;;
+bench:* | stress:* | test:*rdmatest.only=nvmet* | test:*rdmatest.only=nvme | test:*"rdmatest.only=nvme "*) nvmet_image=1 ;;
+test:*rdmatest.only=stress*) nvmet_image=1 ;;
 test:*rdmatest.only=*) ;;
 test:*) nvmet_image=1 ;;
 esac
@@ -336,7 +338,8 @@ if [ "$mode" = stress ]; then
 	part=${STRESS_PART:-all}
 	if [ "$part" != peers ]; then
 		log "one guest on the $FLAVOR kernel: the fault suite, $cycles cycles of each fault (log: $run_dir/stress.log)"
-		VM_TIMEOUT=${STRESS_TIMEOUT:-7200} vm stress "rdmatest=stress rdmatest.flavor=$FLAVOR rdmatest.cycles=$cycles rdmatest.hostile=${STRESS_HOSTILE:-1000} rdmatest.rc_messages=$nrc rdmatest.ud_datagrams=$nud rdmatest.rpings=${STRESS_RPINGS:-1000}" \
+		VM_INITRD=${nvmet_image:+$IMAGES/initramfs-bench.cpio.gz} \
+			VM_TIMEOUT=${STRESS_TIMEOUT:-7200} vm stress "rdmatest=stress rdmatest.flavor=$FLAVOR rdmatest.cycles=$cycles rdmatest.hostile=${STRESS_HOSTILE:-1000} rdmatest.rc_messages=$nrc rdmatest.ud_datagrams=$nud rdmatest.rpings=${STRESS_RPINGS:-1000}" \
 			-smp 2 -net none
 		guests+=(--guest "stress=$run_dir/stress.log=$(cat "$run_dir/stress.status")")
 		expect+=,rdma_setup,rdma_stress
