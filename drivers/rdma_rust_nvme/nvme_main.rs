@@ -236,7 +236,11 @@ impl MiscFile for Fabrics {
             Text(&ctrl.opts().subnqn),
             ctrl.opts().addr
         );
-        s.ctrls.lock().push(ctrl, GFP_KERNEL)?;
+        let mut ctrls = s.ctrls.lock();
+        // On failure the list's lock goes before the controller (whose drop sleeps for long).
+        ctrls.reserve(1, GFP_KERNEL)?;
+        ctrls.push(ctrl, GFP_KERNEL)?;
+        drop(ctrls);
         *self.last.lock() = Some((instance, cntlid));
         Ok(())
     }

@@ -29,6 +29,8 @@ mod ident;
 mod ctrl;
 // The NVM command set.
 mod io;
+// The bad target of the host's tests (the file `misbehave`).
+mod misbehave;
 // A queue's connection.
 mod queue;
 // The listeners.
@@ -171,6 +173,7 @@ impl kernel::Module for RustNvmet {
         };
         files.show::<Status>(c_str!("status"));
         files.control::<ProbeFile>(c_str!("probe"));
+        files.control::<MisbehaveFile>(c_str!("misbehave"));
         let configfs = match configfs::register() {
             Ok(reg) => reg,
             Err(e) => {
@@ -218,6 +221,18 @@ impl ControlFile for ProbeFile {
     }
 }
 
+/// `misbehave`: a rule of the protocol to break once, for the host's tests (see
+/// [`misbehave`]).
+struct MisbehaveFile;
+
+impl ControlFile for MisbehaveFile {
+    const MAX_LEN: usize = 64;
+
+    fn write(data: &[u8]) -> Result {
+        misbehave::arm(data)
+    }
+}
+
 /// `status`: ports, connections and controllers.
 struct Status;
 
@@ -238,6 +253,8 @@ impl ShowFile for Status {
             .map_err(|_| EINVAL)?;
         }
         writeln!(w, "controllers {}", s.target.count()).map_err(|_| EINVAL)?;
+        let (armed, fired) = misbehave::status();
+        writeln!(w, "misbehave {armed} fired {fired}").map_err(|_| EINVAL)?;
         Ok(())
     }
 }

@@ -8,6 +8,7 @@ use super::{finish, post_recv, Answer, Queue, Stage};
 use crate::config::Volume;
 use crate::ctrl::{Data, QueueLink, Reply};
 use crate::io;
+use crate::misbehave::{self, Fault};
 use crate::proto::{
     Cqe, Sgl, Sqe, Status, CONNECT_DATA_LEN, CQE_LEN, FABRICS, FCTYPE_CONNECT, SQE_LEN,
 };
@@ -264,11 +265,26 @@ impl Queue {
                 None => reply = Status::INTERNAL.into(),
             }
         }
+        let mut invalidate = keyed.and_then(|(r, inv)| inv.then_some(r.rkey));
+        let mut cid = sqe.cid;
+        if let Some(fault) = misbehave::take(self.qid, invalidate.is_some()) {
+            match fault {
+                Fault::UnknownCid => cid = (cid & 0xf000) | 0x0fff,
+                Fault::StaleCid => cid ^= 0x1000,
+                Fault::WrongRkey => invalidate = invalidate.map(|k| k ^ 0xff),
+            }
+            pr_info!(
+                "queue {}: misbehaving on purpose ({fault:?}): command id {:#06x} completed as {cid:#06x}{}\n",
+                self.qid,
+                sqe.cid,
+                if fault == Fault::WrongRkey { ", invalidating another rkey" } else { "" }
+            );
+        }
         Cqe {
             result: reply.result,
             sq_head: a.sq_head,
             sq_id: self.qid,
-            cid: sqe.cid,
+            cid,
             status: reply.status,
         }
         .encode(a.cqe.as_mut_slice());
@@ -288,7 +304,6 @@ impl Queue {
         }
         a.stage = Stage::Answering;
         let qp = a.qp.clone();
-        let invalidate = keyed.and_then(|(r, inv)| inv.then_some(r.rkey));
         let posted = qp.post_send(wr, |a, ops| {
             if let Some(rw) = a.to_host.as_mut() {
                 ops.rw(rw)?;

@@ -146,6 +146,39 @@ hst_outage() {
 	kmsg "rdmatest: nvme host: fio through the outage: $(grep -o 'IOPS=[^,]*' /tmp/nvh-bg | tr '\n' ' ')"
 }
 
+# --- bad targets ----------------------------------------------------------------------
+HST_MISBEHAVE=/sys/kernel/debug/rdma_rust_nvmet/misbehave
+hst_misbehave_fired() { sed -n 's/^misbehave .* fired \([0-9]*\)$/\1/p' /sys/kernel/debug/rdma_rust_nvmet/status; }
+
+# hst_bad_target N FAULT PATTERN: controller N (reconnect_delay 1) of
+# rdma_rust_nvmet under a verifying 4 KiB writer (its verification reads are
+# keyed, with remote invalidation); the target armed to break the rule FAULT
+# once (its debugfs file misbehave): it did, the host logged PATTERN (the
+# reason) and that the controller reconnects, fio ends with no error and its
+# data verified (the bad completion ended no request, the right one was sent
+# again), and the controller is live again with one more reconnect.
+hst_bad_target() {
+	local r0 f0 f1 rc=0
+	r0=$(hst_field "$1" reconnects) f0=$(hst_misbehave_fired)
+	[ -n "$r0" ] && [ -n "$f0" ] || { cat $HST_STATUS; echo "no controller $1, or no misbehave count"; return 1; }
+	mark
+	hst_bg_fio "/dev/rnvme${1}n1" 5
+	sleep 1
+	echo "$2" > $HST_MISBEHAVE || { echo "arming $2 failed"; rc=1; }
+	wait "$(cat /tmp/nvh-bg.pid)" || rc=$?
+	echo none > $HST_MISBEHAVE
+	grep -q 'err= 0' /tmp/nvh-bg && [ $rc = 0 ] ||
+		{ cat /tmp/nvh-bg; echo "fio exited with $rc: expected 0 and err= 0"; return 1; }
+	f1=$(hst_misbehave_fired)
+	[ "$f1" -gt "$f0" ] 2> /dev/null || { echo "the target did not fire $2 (fired $f0 -> $f1)"; return 1; }
+	wait_for 10 hst_expect "$1" state live > /dev/null || { cat $HST_STATUS; echo "not live again"; return 1; }
+	[ "$(hst_field "$1" reconnects)" -gt "$r0" ] 2> /dev/null ||
+		{ cat $HST_STATUS; echo "no reconnect counted"; return 1; }
+	since_mark | grep -q "rdma_rust_nvme: queue [0-9]*: .*\($3\).*: the controller reconnects" ||
+		{ since_mark | grep 'rdma_rust_nvme\|misbehav'; echo "the host did not log '$3' and a reconnect"; return 1; }
+	since_mark | grep 'rdma_rust_nvme: queue [0-9]*: .*: the controller reconnects' | head -n 1
+}
+
 # hst_loss ROOT NQN N TMO: controller N (reconnect_delay 1, ctrl_loss_tmo TMO)
 # under a writer; the port taken away for good: the writer sees an I/O error
 # within TMO + 10 s, the controller is dead and fails new I/O at once. The
@@ -438,6 +471,21 @@ hst_target_rows() {
 	nvmt_check "${t}_loss_io_fails_after_ctrl_loss_tmo" hst_loss "$root" "$nqn" "$n" 5
 	nvmt_check "${t}_loss_disconnect_dead" hst_disconnect "$n"
 	[ -n "$host_gate" ] || hst_disconnect_all > /dev/null 2>&1
+
+	# A bad target (rdma_rust_nvmet breaking a rule once, on purpose): each
+	# ends the connection with the reason logged, then the recovery; no
+	# request ended by the wrong completion.
+	if [ "$t" = rust ]; then
+		nvmt_gate=${host_gate:-$tgt_gate}
+		nvmt_check "${t}_bad_target_connect" hst_connect "$base,nr_io_queues=1,queue_size=$HST_DEPTH,ctrl_loss_tmo=30,$rec" ||
+			nvmt_gate=${nvmt_gate:-"no controller (row ${t}_bad_target_connect)"}
+		n=$hst_inst
+		nvmt_check "${t}_bad_target_unknown_cid" hst_bad_target "$n" unknown_cid "which is not in flight"
+		nvmt_check "${t}_bad_target_stale_cid" hst_bad_target "$n" stale_cid "which is not in flight"
+		nvmt_check "${t}_bad_target_wrong_rkey" hst_bad_target "$n" wrong_rkey "bogus remote invalidation\|receive failed"
+		nvmt_check "${t}_bad_target_disconnect" hst_disconnect "$n"
+		[ -n "$host_gate" ] || hst_disconnect_all > /dev/null 2>&1
+	fi
 
 	# Bad option strings, each otherwise a good connect to the target (taken,
 	# it would connect): EINVAL, a message, no controller. Against the first
