@@ -22,6 +22,7 @@ use kernel::rdma::{
 };
 use kernel::sync::{Arc, Mutex};
 use kernel::time::{ktime_ms_delta, Ktime};
+use kernel::types::ScopeGuard;
 use kernel::workqueue::{self, impl_has_work, new_work, Work, WorkItem};
 
 mod bring_up;
@@ -34,7 +35,15 @@ const IDLE_MS: u32 = 1000;
 /// One namespace's disk.
 struct Disk {
     nsid: u32,
-    disk: Option<GenDisk<Blk>>,
+    disk: GenDisk<Blk>,
+}
+
+/// A controller's disks, and whether a recovery has their dispatch stopped.
+struct Disks {
+    list: KVec<Disk>,
+    /// A disk added while this holds starts quiesced too, so that the recovery's end
+    /// restarts every disk it stopped and no other.
+    quiesced: bool,
 }
 
 /// A connected controller, owned by the module's list.
@@ -60,7 +69,7 @@ struct Core {
     dev_name: KVec<u8>,
     /// The namespaces' disks; the supervisor quiesces them while it reconnects.
     #[pin]
-    disks: Mutex<KVec<Disk>>,
+    disks: Mutex<Disks>,
     keep_alives: AtomicU64,
     reconnects: AtomicU64,
     #[pin]
@@ -129,8 +138,7 @@ impl Core {
             o.ctrl_loss_tmo
         );
         // No `queue_rq` is halfway through posting to a queue that closes: what is submitted
-        // from here waits in the block layer. A disk added meanwhile is not quiesced; its
-        // requests are refused (busy) until the controller is live again.
+        // from here waits in the block layer (a disk added meanwhile starts quiesced).
         self.quiesce(true);
         {
             // No timeout handler is giving a request back while the queues close.
@@ -147,11 +155,13 @@ impl Core {
 
     /// Stops (`true`) or restarts the dispatch of every disk.
     fn quiesce(&self, stop: bool) {
-        for d in self.disks.lock().iter_mut() {
-            match (&mut d.disk, stop) {
-                (Some(disk), true) => disk.quiesce(),
-                (Some(disk), false) => disk.unquiesce(),
-                (None, _) => {}
+        let mut disks = self.disks.lock();
+        disks.quiesced = stop;
+        for d in disks.list.iter_mut() {
+            if stop {
+                d.disk.quiesce();
+            } else {
+                d.disk.unquiesce();
             }
         }
     }
@@ -239,19 +249,18 @@ impl Core {
     /// Identifies each namespace of `nsids` and adds a disk for the active ones; a namespace
     /// whose Identify fails is skipped, as nvme skips it.
     fn add_disks(&self, nsids: &[u32]) -> Result {
-        let c = self;
         // One command fewer than the queue's entries, as nvme's tag sets (`sqsize`): a full
         // submission queue holds one entry fewer than its size.
         let tagset = Arc::pin_init(
-            TagSet::new(c.io.len() as u32, u32::from(c.queue_size) - 1, 1),
+            TagSet::new(self.io.len() as u32, u32::from(self.queue_size) - 1, 1),
             GFP_KERNEL,
         )?;
         let mut buf = KVec::from_elem(0u8, IDENTIFY_LEN, GFP_KERNEL)?;
-        let max_io = match c.id.max_transfer {
+        let max_io = match self.id.max_transfer {
             0 => MAX_IO,
             n => n.min(u64::from(MAX_IO)) as u32,
         };
-        let admin = c.admin();
+        let admin = self.admin();
         for &nsid in nsids {
             buf.fill(0);
             let identify = must(
@@ -279,7 +288,7 @@ impl Core {
             };
             let data = Arc::new(
                 Ns {
-                    io: c.io.clone(),
+                    io: self.io.clone(),
                     nsid,
                     lba_shift: ns.lba_shift,
                 },
@@ -292,20 +301,26 @@ impl Core {
                 .physical_block_size(block)?
                 .max_hw_sectors(max_io / 512)?
                 .virt_boundary(PAGE_SIZE - 1)?
-                .write_cache(c.id.write_cache)
+                .write_cache(self.id.write_cache)
                 .timeout_ms(IO_TIMEOUT_MS)
                 .build(
-                    format_args!("rnvme{}n{}", c.instance, nsid),
+                    format_args!("rnvme{}n{}", self.instance, nsid),
                     tagset.clone(),
                     data,
                 )?;
-            self.disks.lock().push(
-                Disk {
-                    nsid,
-                    disk: Some(disk),
-                },
-                GFP_KERNEL,
-            )?;
+            let mut disks = self.disks.lock();
+            if let Err(e) = disks.list.reserve(1, GFP_KERNEL) {
+                // The disk goes outside the lock: its removal waits for requests that a
+                // recovery, which takes the lock, may be holding back.
+                drop(disks);
+                drop(disk);
+                return Err(e.into());
+            }
+            let mut d = Disk { nsid, disk };
+            if disks.quiesced {
+                d.disk.quiesce();
+            }
+            disks.list.push(d, GFP_KERNEL)?;
         }
         Ok(())
     }
@@ -317,56 +332,48 @@ impl Ctrl {
     pub(crate) fn connect(opts: Options, instance: u32) -> Result<Self> {
         let health = Arc::pin_init(Health::new(), GFP_KERNEL)?;
         let a = bring_up::admin(&opts, opts.nr_io_queues, &health)?;
+        // Until the supervisor owns them, a failure closes the queues made so far; the
+        // I/O queues' guard, made last, closes them first, as the kernel's host does.
+        let admin = ScopeGuard::new_with_data(a.queue.clone(), |q| q.close());
         let nr_io = opts.nr_io_queues.min(a.granted);
         let queue_size = opts.queue_size.min(a.id.maxcmd).min(a.mqes).max(2);
-        let made = bring_up::io_queues(&opts, &a, nr_io, queue_size, &health)
-            .and_then(|queues| IoQueues::new(queues, health.clone()))
-            .and_then(|io| Ok((bring_up::scan(&a.queue, &a.id)?, io)));
-        let (nsids, io) = match made {
-            Ok(m) => m,
-            Err(e) => {
-                a.queue.close();
-                return Err(e);
-            }
-        };
-        let (io2, admin2) = (io.clone(), a.queue.clone());
-        let core = (|| -> Result<Arc<Core>> {
-            let mut dev_name = KVec::new();
-            dev_name.extend_from_slice(a.queue.device_name().as_bytes(), GFP_KERNEL)?;
-            Arc::pin_init(
-                pin_init!(Core {
-                    instance,
-                    opts,
-                    id: a.id,
-                    queue_size,
-                    health,
-                    io: io2,
-                    admin <- new_mutex!(admin2, "rdma_rust_nvme_admin"),
-                    cntlid: AtomicU16::new(a.cntlid),
-                    dev_name,
-                    disks <- new_mutex!(KVec::new(), "rdma_rust_nvme_disks"),
-                    keep_alives: AtomicU64::new(0),
-                    reconnects: AtomicU64::new(0),
-                    work <- new_work!("rdma_rust_nvme_supervisor"),
-                }),
-                GFP_KERNEL,
-            )
-        })();
-        let core = match core {
-            Ok(c) => c,
-            Err(e) => {
-                io.close();
-                a.queue.close();
-                return Err(e);
-            }
-        };
+        let queues = bring_up::io_queues(&opts, &a, nr_io, queue_size, &health)?;
+        let io = ScopeGuard::new_with_data(IoQueues::new(queues, health.clone())?, |io| io.close());
+        let nsids = bring_up::scan(&a.queue, &a.id)?;
+        let mut dev_name = KVec::new();
+        dev_name.extend_from_slice(a.queue.device_name().as_bytes(), GFP_KERNEL)?;
+        let (io2, admin2) = ((*io).clone(), (*admin).clone());
+        let core = Arc::pin_init(
+            pin_init!(Core {
+                instance,
+                opts,
+                id: a.id,
+                queue_size,
+                health,
+                io: io2,
+                admin <- new_mutex!(admin2, "rdma_rust_nvme_admin"),
+                cntlid: AtomicU16::new(a.cntlid),
+                dev_name,
+                disks <- new_mutex!(
+                    Disks {
+                        list: KVec::new(),
+                        quiesced: false,
+                    },
+                    "rdma_rust_nvme_disks"
+                ),
+                keep_alives: AtomicU64::new(0),
+                reconnects: AtomicU64::new(0),
+                work <- new_work!("rdma_rust_nvme_supervisor"),
+            }),
+            GFP_KERNEL,
+        )?;
         // The supervisor runs before the disks are added: a queue failing under the
         // partition scan's reads is recovered (or the controller given up) like any other.
-        if workqueue::system_long().enqueue(core.clone()).is_err() {
-            io.close();
-            a.queue.close();
-            return Err(EBUSY);
-        }
+        workqueue::system_long()
+            .enqueue(core.clone())
+            .map_err(|_| EBUSY)?;
+        io.dismiss();
+        admin.dismiss();
         let ctrl = Self { core };
         // From here dropping `ctrl` undoes everything.
         ctrl.core.add_disks(&nsids)?;
@@ -416,11 +423,11 @@ impl Ctrl {
             c.id.in_capsule.min(IN_CAPSULE_MAX),
         )?;
         let disks = c.disks.lock();
-        for (i, d) in disks.iter().enumerate() {
+        for (i, d) in disks.list.iter().enumerate() {
             let sep = if i == 0 { "" } else { "," };
             write!(f, "{sep}rnvme{}n{}", c.instance, d.nsid)?;
         }
-        if disks.is_empty() {
+        if disks.list.is_empty() {
             write!(f, "-")?;
         }
         drop(disks);
@@ -466,7 +473,7 @@ impl Drop for Ctrl {
         if c.health.state() != State::Live {
             c.io.fail(format_args!("deleting"));
         }
-        let disks = core::mem::take(&mut *c.disks.lock());
+        let disks = core::mem::take(&mut c.disks.lock().list);
         drop(disks);
         if c.health.state() == State::Live && !admin.is_dead() {
             // Shutdown keeps the controller enabled (CC.EN), as nvme's.

@@ -196,6 +196,12 @@ impl Cqe {
     pub(crate) fn is_ok(&self) -> bool {
         self.status & 0x7ff == 0
     }
+
+    /// The status code type, if it is one no controller may send (4 to 6 are reserved).
+    pub(crate) fn reserved_type(&self) -> Option<u16> {
+        let sct = (self.status >> 8) & 0x7;
+        (4..=6).contains(&sct).then_some(sct)
+    }
 }
 
 /// The connection request's private data (nvme_rdma_cm_req): queue `qid`, whose host keeps

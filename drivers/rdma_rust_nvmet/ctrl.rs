@@ -15,6 +15,7 @@ mod connect;
 
 use crate::config::{PortConf, Subsys};
 use crate::ident::{self, CtrlIdent, AER_MAX, IDENTIFY_LEN, VERSION};
+use crate::misbehave;
 use crate::proto::{
     admin, le16, le32, reg, Sqe, Status, Text, DISCOVERY_NQN, FCTYPE_CONNECT, FCTYPE_PROP_GET,
     FCTYPE_PROP_SET, MAX_IO_DEPTH, MAX_IO_QUEUES,
@@ -335,6 +336,9 @@ impl Ctrl {
             (6, Some(_)) if sqe.cdw(11) >> 24 == 0 => Status::SUCCESS,
             _ => Status::INVALID_FIELD,
         };
+        if status == Status::SUCCESS {
+            misbehave::identify(cns, out);
+        }
         status.into()
     }
 

@@ -8,11 +8,21 @@
 //! - `stale_cid`: it names the command's tag with another use counter (the id the tag had, or
 //!   will have, for another command);
 //! - `wrong_rkey`: a Read whose data went by RDMA WRITE is completed by SEND with invalidate of
-//!   an rkey that is not the one the command named (its key byte changed).
+//!   an rkey that is not the one the command named (its key byte changed);
+//! - `reserved_status`: the completion's status has a reserved status code type (5), which no
+//!   controller may send.
+//!
+//! Two more break the next Identify of their kind, on the admin queue, with absurd sizes:
+//!
+//! - `absurd_id_ctrl`: Identify Controller says an I/O command capsule is 16 bytes (IOCCSZ 1,
+//!   where the command alone is 64);
+//! - `absurd_id_ns`: Identify Namespace says the format in use has blocks of 2^40 bytes.
 //!
 //! Armed by writing the name (`none` disarms), fired once; the status file says which is armed
 //! and how many fired.
 
+use crate::ident::IDENTIFY_LEN;
+use crate::proto::put32;
 use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use kernel::prelude::*;
 
@@ -22,13 +32,19 @@ pub(crate) enum Fault {
     UnknownCid = 1,
     StaleCid = 2,
     WrongRkey = 3,
+    ReservedStatus = 4,
+    AbsurdIdCtrl = 5,
+    AbsurdIdNs = 6,
 }
 
-const NAMES: [(&[u8], u8); 4] = [
+const NAMES: [(&[u8], u8); 7] = [
     (b"none", 0),
     (b"unknown_cid", Fault::UnknownCid as u8),
     (b"stale_cid", Fault::StaleCid as u8),
     (b"wrong_rkey", Fault::WrongRkey as u8),
+    (b"reserved_status", Fault::ReservedStatus as u8),
+    (b"absurd_id_ctrl", Fault::AbsurdIdCtrl as u8),
+    (b"absurd_id_ns", Fault::AbsurdIdNs as u8),
 ];
 
 static ARMED: AtomicU8 = AtomicU8::new(0);
@@ -43,7 +59,7 @@ pub(crate) fn arm(name: &[u8]) -> Result {
             Ok(())
         }
         None => {
-            pr_err!("misbehave: unknown fault (none, unknown_cid, stale_cid, wrong_rkey)\n");
+            pr_err!("misbehave: unknown fault (none, unknown_cid, stale_cid, wrong_rkey, reserved_status, absurd_id_ctrl, absurd_id_ns)\n");
             Err(EINVAL)
         }
     }
@@ -71,8 +87,46 @@ pub(crate) fn take(qid: u16, invalidates: bool) -> Option<Fault> {
         1 => Fault::UnknownCid,
         2 => Fault::StaleCid,
         3 if invalidates => Fault::WrongRkey,
+        4 => Fault::ReservedStatus,
         _ => return None,
     };
+    fire(fault)
+}
+
+/// The fault to apply to the data of an Identify with CNS `cns`, if one is armed and fits it;
+/// disarmed once taken.
+fn take_identify(cns: u32) -> Option<Fault> {
+    let fault = match (ARMED.load(Ordering::Acquire), cns) {
+        (5, 1) => Fault::AbsurdIdCtrl,
+        (6, 0) => Fault::AbsurdIdNs,
+        _ => return None,
+    };
+    fire(fault)
+}
+
+/// Breaks the Identify data `b` (CNS `cns`, as the target made it) if a fault for it is armed.
+pub(crate) fn identify(cns: u32, b: &mut [u8]) {
+    if b.len() < IDENTIFY_LEN {
+        return;
+    }
+    let Some(fault) = take_identify(cns) else {
+        return;
+    };
+    match fault {
+        // IOCCSZ, in 16-byte units.
+        Fault::AbsurdIdCtrl => put32(b, 1792, 1),
+        // LBADS of the format in use (FLBAS bits 0-3): the data size is 2^LBADS.
+        Fault::AbsurdIdNs => {
+            let lbaf = 128 + 4 * usize::from(b[26] & 0xf);
+            b[lbaf + 2] = 40;
+        }
+        _ => return,
+    }
+    pr_info!("misbehaving on purpose ({fault:?}): Identify CNS {cns} with absurd sizes\n");
+}
+
+/// Takes the armed `fault`, unless another took it first.
+fn fire(fault: Fault) -> Option<Fault> {
     ARMED
         .compare_exchange(fault as u8, 0, Ordering::AcqRel, Ordering::Acquire)
         .ok()?;

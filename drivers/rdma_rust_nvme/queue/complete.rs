@@ -133,6 +133,17 @@ impl Completion for Answer {
             );
             return;
         };
+        // Its request stays in flight: the recovery sends it again.
+        if let Some(sct) = cqe.reserved_type() {
+            q.fail(
+                format_args!(
+                    "a completion for command id {:#06x} with an impossible status {:#06x} (reserved status code type {sct})",
+                    cqe.cid, cqe.status
+                ),
+                false,
+            );
+            return;
+        }
         match q.take_answer(cqe, inv) {
             Ok((tag, settled)) => q.finish(tag, settled),
             Err(_) => q.fail(

@@ -272,6 +272,8 @@ impl Queue {
                 Fault::UnknownCid => cid = (cid & 0xf000) | 0x0fff,
                 Fault::StaleCid => cid ^= 0x1000,
                 Fault::WrongRkey => invalidate = invalidate.map(|k| k ^ 0xff),
+                Fault::ReservedStatus => reply.status = Status(0x0501),
+                Fault::AbsurdIdCtrl | Fault::AbsurdIdNs => {}
             }
             pr_info!(
                 "queue {}: misbehaving on purpose ({fault:?}): command id {:#06x} completed as {cid:#06x}{}\n",

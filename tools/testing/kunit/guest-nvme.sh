@@ -126,23 +126,44 @@ hst_bg_fio() {
 	echo $! > /tmp/nvh-bg.pid
 }
 
-# hst_outage ROOT NQN N: controller N (reconnect_delay 1, ctrl_loss_tmo 30)
-# under hst_bg_fio; the target's port taken from the subsystem for 5 s and
-# given back: fio ends with no error and its data verified, the controller is
-# live again and counted a reconnect.
-hst_outage() {
-	local rc=0
-	hst_bg_fio "/dev/rnvme${3}n1" 14
-	sleep 2
+# hst_fault_under_fio N SECS LEAD BACK CMD...: controller N under hst_bg_fio
+# for SECS seconds; after LEAD seconds CMD (the fault, and its end, if it
+# has one) runs: fio ends with no error and its data verified, and within
+# BACK seconds the controller is live again with more reconnects than before.
+hst_fault_under_fio() {
+	local n=$1 secs=$2 lead=$3 back=$4 r0 f rc=0
+	shift 4
+	r0=$(hst_field "$n" reconnects)
+	[ -n "$r0" ] || { cat $HST_STATUS; echo "no controller $n"; return 1; }
+	hst_bg_fio "/dev/rnvme${n}n1" "$secs"
+	sleep "$lead"
+	"$@" || { echo "the fault ($*) failed"; rc=1; }
+	wait "$(cat /tmp/nvh-bg.pid)"
+	f=$?
+	[ $f = 0 ] && grep -q 'err= 0' /tmp/nvh-bg ||
+		{ cat /tmp/nvh-bg; echo "fio exited with $f: expected 0 and err= 0"; rc=1; }
+	wait_for "$back" hst_back "$n" "$r0" ||
+		{ cat $HST_STATUS; echo "not live again with a reconnect within $back s"; rc=1; }
+	return $rc
+}
+
+# hst_back N R0: controller N is live and counted more reconnects than R0.
+hst_back() { [ "$(hst_field "$1" state)" = live ] && [ "$(hst_field "$1" reconnects)" -gt "$2" ]; }
+
+# hst_port_away ROOT NQN SECS: the target's port taken from the subsystem for
+# SECS seconds, then given back.
+hst_port_away() {
 	tgt_unlink "$1" "$2" 1 || { echo "unlinking the port failed"; return 1; }
-	sleep 5
+	sleep "$3"
 	tgt_link "$1" "$2" 1 || { echo "linking the port again failed"; return 1; }
-	wait "$(cat /tmp/nvh-bg.pid)" || rc=$?
-	grep -q 'err= 0' /tmp/nvh-bg && [ $rc = 0 ] ||
-		{ cat /tmp/nvh-bg; echo "fio exited with $rc through the outage: expected 0 and err= 0"; return 1; }
-	wait_for 10 hst_expect "$3" state live > /dev/null || { cat $HST_STATUS; echo "not live again"; return 1; }
-	[ "$(hst_field "$3" reconnects)" -ge 1 ] 2> /dev/null ||
-		{ cat $HST_STATUS; echo "no reconnect counted"; return 1; }
+}
+
+# hst_outage ROOT NQN N: controller N (reconnect_delay 1, ctrl_loss_tmo 30)
+# under a 14 s verifying writer; the target's port away for 5 s: fio ends
+# with no error and its data verified, the controller is live again and
+# counted a reconnect.
+hst_outage() {
+	hst_fault_under_fio "$3" 14 2 10 hst_port_away "$1" "$2" 5 || return 1
 	kmsg "rdmatest: nvme host: fio through the outage: $(grep -o 'IOPS=[^,]*' /tmp/nvh-bg | tr '\n' ' ')"
 }
 
@@ -158,25 +179,55 @@ hst_misbehave_fired() { sed -n 's/^misbehave .* fired \([0-9]*\)$/\1/p' /sys/ker
 # data verified (the bad completion ended no request, the right one was sent
 # again), and the controller is live again with one more reconnect.
 hst_bad_target() {
-	local r0 f0 f1 rc=0
-	r0=$(hst_field "$1" reconnects) f0=$(hst_misbehave_fired)
-	[ -n "$r0" ] && [ -n "$f0" ] || { cat $HST_STATUS; echo "no controller $1, or no misbehave count"; return 1; }
+	local f0 f1 rc=0
+	f0=$(hst_misbehave_fired)
+	[ -n "$f0" ] || { echo "no misbehave count"; return 1; }
 	mark
-	hst_bg_fio "/dev/rnvme${1}n1" 5
-	sleep 1
-	echo "$2" > $HST_MISBEHAVE || { echo "arming $2 failed"; rc=1; }
-	wait "$(cat /tmp/nvh-bg.pid)" || rc=$?
+	hst_fault_under_fio "$1" 5 1 10 sh -c "echo $2 > $HST_MISBEHAVE" || rc=1
 	echo none > $HST_MISBEHAVE
-	grep -q 'err= 0' /tmp/nvh-bg && [ $rc = 0 ] ||
-		{ cat /tmp/nvh-bg; echo "fio exited with $rc: expected 0 and err= 0"; return 1; }
+	[ $rc = 0 ] || return 1
 	f1=$(hst_misbehave_fired)
 	[ "$f1" -gt "$f0" ] 2> /dev/null || { echo "the target did not fire $2 (fired $f0 -> $f1)"; return 1; }
-	wait_for 10 hst_expect "$1" state live > /dev/null || { cat $HST_STATUS; echo "not live again"; return 1; }
-	[ "$(hst_field "$1" reconnects)" -gt "$r0" ] 2> /dev/null ||
-		{ cat $HST_STATUS; echo "no reconnect counted"; return 1; }
 	since_mark | grep -q "rdma_rust_nvme: queue [0-9]*: .*\($3\).*: the controller reconnects" ||
 		{ since_mark | grep 'rdma_rust_nvme\|misbehav'; echo "the host did not log '$3' and a reconnect"; return 1; }
 	since_mark | grep 'rdma_rust_nvme: queue [0-9]*: .*: the controller reconnects' | head -n 1
+}
+
+# hst_absurd_ctrl OPTS: rdma_rust_nvmet armed to answer the next Identify
+# Controller with absurd sizes (absurd_id_ctrl): a connect with OPTS is
+# refused (EPROTO) with the reason logged, and leaves no controller.
+hst_absurd_ctrl() {
+	local f0 rc=0
+	f0=$(hst_misbehave_fired)
+	echo absurd_id_ctrl > $HST_MISBEHAVE || { echo "arming absurd_id_ctrl failed"; return 1; }
+	hst_refused "$1" 'Protocol error' || rc=1
+	echo none > $HST_MISBEHAVE
+	[ $rc = 0 ] || return 1
+	[ "$(hst_misbehave_fired)" -gt "$f0" ] 2> /dev/null || { echo "the target did not fire absurd_id_ctrl"; return 1; }
+	since_mark | grep 'rdma_rust_nvme: .*Identify Controller: capsule sizes below the minimum' ||
+		{ since_mark | grep 'rdma_rust_nvme'; echo "the host did not log why"; return 1; }
+}
+
+# hst_absurd_ns OPTS: rdma_rust_nvmet (two namespaces) armed to answer the
+# next Identify Namespace with absurd sizes (absurd_id_ns): a connect with
+# OPTS makes a controller that logs why namespace 1 is not served and serves
+# namespace 2 alone, as nvme skips a namespace it cannot use; disconnected.
+hst_absurd_ns() {
+	local f0 n rc=0
+	f0=$(hst_misbehave_fired)
+	echo absurd_id_ns > $HST_MISBEHAVE || { echo "arming absurd_id_ns failed"; return 1; }
+	mark
+	hst_connect "$1" || rc=1
+	echo none > $HST_MISBEHAVE
+	[ $rc = 0 ] || return 1
+	n=$hst_inst
+	[ "$(hst_misbehave_fired)" -gt "$f0" ] 2> /dev/null || { echo "the target did not fire absurd_id_ns"; rc=1; }
+	since_mark | grep 'rdma_rust_nvme: namespace 1: a block size other than 512 to 4096 bytes: not served' ||
+		{ since_mark | grep 'rdma_rust_nvme'; echo "the host did not log why namespace 1 is not served"; rc=1; }
+	hst_expect "$n" disks "rnvme${n}n2" || rc=1
+	[ ! -e /sys/block/rnvme${n}n1 ] || { echo "rnvme${n}n1 was made"; rc=1; }
+	hst_disconnect "$n" || rc=1
+	return $rc
 }
 
 # hst_loss ROOT NQN N TMO: controller N (reconnect_delay 1, ctrl_loss_tmo TMO)
@@ -483,7 +534,11 @@ hst_target_rows() {
 		nvmt_check "${t}_bad_target_unknown_cid" hst_bad_target "$n" unknown_cid "which is not in flight"
 		nvmt_check "${t}_bad_target_stale_cid" hst_bad_target "$n" stale_cid "which is not in flight"
 		nvmt_check "${t}_bad_target_wrong_rkey" hst_bad_target "$n" wrong_rkey "bogus remote invalidation\|receive failed"
+		nvmt_check "${t}_bad_target_reserved_status" hst_bad_target "$n" reserved_status "impossible status"
 		nvmt_check "${t}_bad_target_disconnect" hst_disconnect "$n"
+		[ -n "$host_gate" ] || hst_disconnect_all > /dev/null 2>&1
+		nvmt_check "${t}_bad_target_absurd_id_ctrl_refused" hst_absurd_ctrl "$base,nr_io_queues=1,queue_size=$HST_DEPTH"
+		nvmt_check "${t}_bad_target_absurd_id_ns_not_served" hst_absurd_ns "$base,nr_io_queues=1,queue_size=$HST_DEPTH"
 		[ -n "$host_gate" ] || hst_disconnect_all > /dev/null 2>&1
 	fi
 

@@ -347,27 +347,11 @@ nvme_port_up() {
 	stress_nvme=$hst_inst
 }
 
-# nvme_port_back R0: the controller is live and counted more reconnects than R0.
-nvme_port_back() {
-	[ "$(hst_field "$stress_nvme" state)" = live ] && [ "$(hst_field "$stress_nvme" reconnects)" -gt "$1" ]
-}
-
 # nvme_port_cycle: a verifying 4 KiB writer (6 s); after 1 s the port is
 # taken away, after another second given back: fio ends with no error and its
-# data verified, the controller is live again with one more reconnect.
+# data verified, the controller is live again with one more reconnect within 30 s.
 nvme_port_cycle() {
-	local r0 rc=0
-	r0=$(hst_field "$stress_nvme" reconnects)
-	[ -n "$r0" ] || { cat $HST_STATUS; echo "no controller $stress_nvme"; return 1; }
-	hst_bg_fio "/dev/rnvme${stress_nvme}n1" 6
-	sleep 1
-	tgt_unlink $STRESS_NVME_ROOT $STRESS_NVME_NQN 1 || { echo "unlinking the port failed"; rc=1; }
-	sleep 1
-	tgt_link $STRESS_NVME_ROOT $STRESS_NVME_NQN 1 || { echo "linking the port again failed"; rc=1; }
-	wait "$(cat /tmp/nvh-bg.pid)" || { cat /tmp/nvh-bg; echo "fio failed"; rc=1; }
-	wait_for 30 nvme_port_back "$r0" ||
-		{ cat $HST_STATUS; echo "not live again with a reconnect within 30 s"; rc=1; }
-	return $rc
+	hst_fault_under_fio "$stress_nvme" 6 1 30 hst_port_away $STRESS_NVME_ROOT $STRESS_NVME_NQN 1
 }
 
 # nvme_port_down: disconnected, the host unloaded, the target torn down and
