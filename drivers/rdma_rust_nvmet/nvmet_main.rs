@@ -25,12 +25,12 @@ mod proto;
 mod config;
 // What Identify and the log pages show.
 mod ident;
+// The bad target of the host's tests (the file `misbehave`).
+mod misbehave;
 // Controllers and their admin commands.
 mod ctrl;
 // The NVM command set.
 mod io;
-// The bad target of the host's tests (the file `misbehave`).
-mod misbehave;
 // A queue's connection.
 mod queue;
 // The listeners.
