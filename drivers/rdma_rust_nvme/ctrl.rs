@@ -8,8 +8,9 @@
 //! and so does all later I/O). Shut down (CC.SHN) and torn down when dropped.
 
 use crate::disk::{IoQueues, Ns, IO_TIMEOUT_MS};
+use crate::ident::{trim, NsIdent};
 use crate::options::Options;
-use crate::proto::{admin, reg, Command, IdCtrl, IdNs, Text, CNS_NS, IDENTIFY_LEN};
+use crate::proto::{admin, reg, Command, IdCtrl, IdNs, Text, CNS_NS, CNS_NS_DESCS, IDENTIFY_LEN};
 use crate::queue::{Blk, Counts, Data, Health, Queue, State, IN_CAPSULE_MAX, MAX_IO};
 use core::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use kernel::block::mq::{gen_disk::GenDisk, gen_disk::GenDiskBuilder, TagSet};
@@ -262,25 +263,26 @@ impl Core {
         };
         let admin = self.admin();
         for &nsid in nsids {
-            buf.fill(0);
-            let identify = must(
-                &admin,
-                Command::identify(CNS_NS, nsid),
-                Data::FromTarget(&mut buf),
-                "Identify Namespace",
-            );
-            match identify {
-                Ok(_) => {}
-                // The target refused this one: the others may still be served.
-                Err(_) if !admin.is_dead() => {
-                    pr_err!("namespace {nsid}: Identify failed: not served\n");
-                    continue;
-                }
-                Err(e) => return Err(e),
+            // The target refused this one: the others may still be served.
+            if !identify_ns(&admin, CNS_NS, nsid, &mut buf, "Identify Namespace")? {
+                pr_err!("namespace {nsid}: Identify failed: not served\n");
+                continue;
             }
             let ns = match IdNs::decode(&buf) {
                 Ok(Some(ns)) => ns,
                 Ok(None) => continue,
+                Err(why) => {
+                    pr_err!("namespace {nsid}: {why}: not served\n");
+                    continue;
+                }
+            };
+            // Its identifiers: a target that has no descriptor list leaves those of
+            // Identify Namespace.
+            let what = "Identify Namespace Identification Descriptors";
+            let descs =
+                identify_ns(&admin, CNS_NS_DESCS, nsid, &mut buf, what)?.then_some(buf.as_slice());
+            let ident = match NsIdent::new(nsid, &self.id, &ns, descs, &self.opts.subnqn) {
+                Ok(i) => i,
                 Err(why) => {
                     pr_err!("namespace {nsid}: {why}: not served\n");
                     continue;
@@ -291,6 +293,7 @@ impl Core {
                     io: self.io.clone(),
                     nsid,
                     lba_shift: ns.lba_shift,
+                    ident,
                 },
                 GFP_KERNEL,
             )?;
@@ -303,7 +306,7 @@ impl Core {
                 .virt_boundary(PAGE_SIZE - 1)?
                 .write_cache(self.id.write_cache)
                 .timeout_ms(IO_TIMEOUT_MS)
-                .build(
+                .build_with_attributes(
                     format_args!("rnvme{}n{}", self.instance, nsid),
                     tagset.clone(),
                     data,
@@ -323,6 +326,22 @@ impl Core {
             disks.list.push(d, GFP_KERNEL)?;
         }
         Ok(())
+    }
+}
+
+/// Identify `cns` of namespace `nsid` into `buf`: `Ok(false)` if the target refused it and
+/// the admin queue is still up, `Err` if the queue failed.
+fn identify_ns(admin: &Queue, cns: u32, nsid: u32, buf: &mut [u8], what: &str) -> Result<bool> {
+    buf.fill(0);
+    match must(
+        admin,
+        Command::identify(cns, nsid),
+        Data::FromTarget(buf),
+        what,
+    ) {
+        Ok(_) => Ok(true),
+        Err(_) if !admin.is_dead() => Ok(false),
+        Err(e) => Err(e),
     }
 }
 
@@ -449,15 +468,6 @@ impl Ctrl {
             unended
         )
     }
-}
-
-/// A space-padded Identify string without its padding.
-fn trim(b: &[u8]) -> &[u8] {
-    let n = b
-        .iter()
-        .rposition(|&c| c != b' ' && c != 0)
-        .map_or(0, |i| i + 1);
-    &b[..n]
 }
 
 impl Drop for Ctrl {

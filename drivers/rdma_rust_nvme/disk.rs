@@ -4,12 +4,15 @@
 //! controller's I/O queues (one hardware queue each, one tag set for every namespace, as
 //! nvme's).
 
+use crate::ident::{self, NsIdent};
 use crate::queue::{Blk, Counts, Health, Queue, State};
 use core::pin::Pin;
 use core::sync::atomic::{AtomicU64, Ordering};
+use kernel::block::mq::gen_disk::{AttrPage, DiskAttributes};
 use kernel::block::mq::{Operations, Request, TimedOut, TimeoutAction};
 use kernel::prelude::*;
 use kernel::rdma::sync::SpinLockBh;
+use kernel::str::CStr;
 use kernel::sync::{Arc, ArcBorrow, Mutex};
 use kernel::types::ARef;
 use kernel::{new_mutex, new_spinlock_bh};
@@ -126,6 +129,21 @@ pub(crate) struct Ns {
     pub(crate) io: Arc<IoQueues>,
     pub(crate) nsid: u32,
     pub(crate) lba_shift: u32,
+    /// What its disk's sysfs files show.
+    pub(crate) ident: NsIdent,
+}
+
+/// The disk's identity in sysfs, as nvme's disks have it (`wwid`, ...: `ident.rs`).
+impl DiskAttributes for Blk {
+    const NAMES: &'static [&'static CStr] = &ident::NAMES;
+
+    fn show(ns: ArcBorrow<'_, Ns>, index: usize, page: &mut AttrPage<'_>) -> Result {
+        ns.ident.show(index, page)
+    }
+
+    fn visible(ns: ArcBorrow<'_, Ns>, index: usize) -> bool {
+        ns.ident.visible(index)
+    }
 }
 
 #[vtable]

@@ -30,6 +30,8 @@ use kernel::{c_str, fmt, new_mutex, prelude::*, str::CStr};
 mod wire;
 // (Kept apart: rustfmt sorts adjacent declarations.)
 mod proto;
+// A namespace's identity, for its disk's sysfs files.
+mod ident;
 // The connect options.
 mod options;
 // A queue: its connection's events, its tags and their commands.

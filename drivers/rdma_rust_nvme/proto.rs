@@ -24,6 +24,7 @@ pub(crate) const IDENTIFY_LEN: usize = 4096;
 pub(crate) const CNS_NS: u32 = 0;
 pub(crate) const CNS_CTRL: u32 = 1;
 pub(crate) const CNS_ACTIVE_NS: u32 = 2;
+pub(crate) const CNS_NS_DESCS: u32 = 3;
 /// Set Features' feature: Number of Queues.
 pub(crate) const FID_NUM_QUEUES: u32 = 0x07;
 
@@ -222,8 +223,14 @@ pub(crate) fn cm_reject_status(b: &[u8]) -> Option<u16> {
 /// What the host takes from Identify Controller, checked.
 #[derive(Clone, Copy)]
 pub(crate) struct IdCtrl {
+    /// PCI vendor ID (VID; 0 for a fabrics target).
+    pub(crate) vid: u16,
     pub(crate) serial: [u8; 20],
     pub(crate) model: [u8; 40],
+    /// Firmware revision (FR), space-padded.
+    pub(crate) firmware: [u8; 8],
+    /// The subsystem's NQN (SUBNQN), NUL-padded.
+    pub(crate) subnqn: [u8; 256],
     /// Largest transfer in bytes (0: no limit).
     pub(crate) max_transfer: u64,
     pub(crate) cntlid: u16,
@@ -247,12 +254,19 @@ impl IdCtrl {
         serial.copy_from_slice(&b[4..24]);
         let mut model = [0u8; 40];
         model.copy_from_slice(&b[24..64]);
+        let mut firmware = [0u8; 8];
+        firmware.copy_from_slice(&b[64..72]);
+        let mut subnqn = [0u8; 256];
+        subnqn.copy_from_slice(&b[768..1024]);
         let mdts = b[77];
         let ioccsz = le32(b, 1792);
         let sgls = le32(b, 536);
         let id = Self {
+            vid: le16(b, 0),
             serial,
             model,
+            firmware,
+            subnqn,
             // In units of the minimum page (CAP.MPSMIN, 4 KiB for every fabrics target).
             max_transfer: if mdts == 0 || mdts > 20 {
                 0
@@ -296,6 +310,10 @@ pub(crate) struct IdNs {
     pub(crate) blocks: u64,
     /// log2 of the block size (9 to 12).
     pub(crate) lba_shift: u32,
+    /// The namespace's globally unique identifier (NGUID; zeroes if it has none).
+    pub(crate) nguid: [u8; 16],
+    /// Its IEEE extended unique identifier (EUI64; zeroes if it has none).
+    pub(crate) eui64: [u8; 8],
 }
 
 impl IdNs {
@@ -324,6 +342,15 @@ impl IdNs {
         if blocks.checked_shl(lba_shift).is_none() || blocks >> (63 - lba_shift) != 0 {
             return Err("a capacity that does not fit in 64 bits");
         }
-        Ok(Some(Self { blocks, lba_shift }))
+        let mut nguid = [0u8; 16];
+        nguid.copy_from_slice(&b[104..120]);
+        let mut eui64 = [0u8; 8];
+        eui64.copy_from_slice(&b[120..128]);
+        Ok(Some(Self {
+            blocks,
+            lba_shift,
+            nguid,
+            eui64,
+        }))
     }
 }

@@ -230,6 +230,32 @@ hst_absurd_ns() {
 	return $rc
 }
 
+# hst_identity N NQN: controller N's disks show the identity nvme's disks
+# show, in /sys/block/DISK/: wwid "uuid." and the namespace's UUID (tgt_ns
+# gives each its own), nsid, uuid, serial and model as the subsystem was
+# given them (attr_serial, attr_model; nvme's padding kept), a firmware
+# revision, subsysnqn NQN; the files are read-only.
+hst_identity() {
+	local d=/sys/block/rnvme${1}n1 f u1=${NVMT_UUID%??}01 u2=${NVMT_UUID%??}02
+	for f in wwid nsid uuid serial model firmware_rev subsysnqn; do
+		[ -r $d/$f ] || { ls $d; echo "no $d/$f"; return 1; }
+	done
+	[ "$(cat $d/wwid)" = "uuid.$u1" ] || { echo "wwid '$(cat $d/wwid)', expected uuid.$u1"; return 1; }
+	[ "$(cat /sys/block/rnvme${1}n2/wwid)" = "uuid.$u2" ] ||
+		{ echo "rnvme${1}n2's wwid '$(cat /sys/block/rnvme${1}n2/wwid)', expected uuid.$u2"; return 1; }
+	[ "$(cat $d/nsid)" = 1 ] || { echo "nsid '$(cat $d/nsid)', expected 1"; return 1; }
+	[ "$(cat $d/uuid)" = "$u1" ] || { echo "uuid '$(cat $d/uuid)', expected $u1"; return 1; }
+	[ "$(sed 's/ *$//' $d/serial)" = "$NVMT_SERIAL" ] || { echo "serial '$(cat $d/serial)', expected $NVMT_SERIAL"; return 1; }
+	[ "$(sed 's/ *$//' $d/model)" = "$NVMT_MODEL" ] || { echo "model '$(cat $d/model)', expected $NVMT_MODEL"; return 1; }
+	[ -n "$(sed 's/ *$//' $d/firmware_rev)" ] || { echo "no firmware revision"; return 1; }
+	[ "$(cat $d/subsysnqn)" = "$2" ] || { echo "subsysnqn '$(cat $d/subsysnqn)', expected $2"; return 1; }
+	! sh -c "echo x > $d/wwid" 2> /dev/null || { echo "$d/wwid took a write"; return 1; }
+	for f in wwid nsid uuid nguid eui serial model firmware_rev subsysnqn; do
+		[ -e $d/$f ] && kmsg "rdmatest: nvme: rnvme${1}n1 $f: $(cat $d/$f)"
+	done
+	return 0
+}
+
 # hst_loss ROOT NQN N TMO: controller N (reconnect_delay 1, ctrl_loss_tmo TMO)
 # under a writer; the port taken away for good: the writer sees an I/O error
 # within TMO + 10 s, the controller is dead and fails new I/O at once. The
@@ -438,14 +464,60 @@ hst_no_listener() {
 }
 
 # hst_rmmod_connected SVCID NQN: with a controller connected (both disks
-# there), rmmod succeeds: the module's exit deletes the controller, and the
-# disks go with the module.
+# there) and I/O on the first, rmmod succeeds: the module's exit deletes the
+# controller, the disks go with the module, the I/O fails, and files held
+# open across it are closed after it without harm.
 hst_rmmod_connected() {
-	local n
+	local n d rc=0
 	hst_connect "$(hst_opts "$NVMT_ADDR" "$1" "$2" reconnect_delay=1,ctrl_loss_tmo=10)" || return 1
-	n=$hst_inst
+	n=$hst_inst d=/dev/rnvme${hst_inst}n1
 	wait_for 10 test -b "/dev/rnvme${n}n2" || { cat $HST_STATUS; echo "no disk /dev/rnvme${n}n2"; return 1; }
-	hst_rmmod
+	# Across the rmmod: a reader and a writer on the first disk, a process
+	# holding it open (its last close then comes with the module gone), and
+	# one holding the status file (whose read after the rmmod must fail:
+	# debugfs refuses calls into a removed file).
+	hst_io_start "$d" /tmp/nvh-rm
+	(
+		i=0
+		while [ -d $HST_DBG ] && [ $i -lt 300 ]; do sleep 0.2; i=$((i + 1)); done
+	) < "$d" > /dev/null 2>&1 &
+	echo $! > /tmp/nvh-holder
+	(
+		i=0
+		while [ -d $HST_DBG ] && [ $i -lt 300 ]; do sleep 0.2; i=$((i + 1)); done
+		cat > /dev/null 2>&1
+		echo $? > /tmp/nvh-files.rc
+	) < $HST_STATUS &
+	echo $! > /tmp/nvh-files
+	wait_for 10 hst_completed_above "$n" 0 || { echo "no I/O completed before the rmmod"; rc=1; }
+	hst_rmmod || rc=1
+	wait_for 30 test -e /tmp/nvh-rm-reader -a -e /tmp/nvh-rm-writer ||
+		{ kill $hst_io_pids 2> /dev/null; echo "the reader or the writer went on after the rmmod"; rc=1; }
+	wait "$(cat /tmp/nvh-holder)" || { echo "the disk's holder failed"; rc=1; }
+	wait "$(cat /tmp/nvh-files)"
+	[ "$(cat /tmp/nvh-files.rc)" != 0 ] || { echo "a read of the removed status file succeeded"; rc=1; }
+	return $rc
+}
+
+# hst_completed_above N C: controller N has completed more than C commands.
+hst_completed_above() { [ "$(hst_field "$1" completed)" -gt "$2" ] 2> /dev/null; }
+
+# hst_io_start DEV PREFIX: a reader (128 KiB) and a writer (4 KiB, then
+# 128 KiB blocks) loop on DEV in the background until their I/O fails (or DEV
+# is gone); each then writes the time (uptime_ms) to PREFIX-reader or
+# PREFIX-writer. Their PIDs: $hst_io_pids.
+hst_io_start() {
+	rm -f "$2-reader" "$2-writer"
+	(while dd if="$1" of=/dev/null bs=128k iflag=direct 2> /dev/null; do :; done
+		uptime_ms > "$2-reader") &
+	hst_io_pids=$!
+	# A dd started after the disk went would create DEV as a file and write
+	# to it for ever: the loop checks first, and such a file is removed.
+	(while [ -b "$1" ] && dd if=/dev/zero of="$1" bs=4k count=64 oflag=direct 2> /dev/null &&
+		dd if=/dev/zero of="$1" bs=128k count=8 seek=2 oflag=direct 2> /dev/null; do :; done
+		[ -b "$1" ] || rm -f "$1"
+		uptime_ms > "$2-writer") &
+	hst_io_pids="$hst_io_pids $!"
 }
 
 # hst_target_rows T ROOT SVCID: every row against the target T (c or rust) of
@@ -494,6 +566,7 @@ hst_target_rows() {
 	# a third of that on a busy one): a few seconds each. Queue depth 32 on
 	# the second namespace.
 	nvmt_gate=${nvmt_gate:-$disk_gate}
+	nvmt_check "${t}_identity_in_sysfs" hst_identity "$n" "$nqn"
 	nvmt_check "${t}_fio_randwrite_4k_qd1_verify" nvmt_fio_dev "/dev/rnvme${n}n1" randwrite 4k 1 256k
 	nvmt_check "${t}_fio_randwrite_4k_qd32_verify" nvmt_fio_dev "/dev/rnvme${n}n2" randwrite 4k 32 1m
 	nvmt_check "${t}_fio_write_128k_verify" nvmt_fio_dev "/dev/rnvme${n}n1" write 128k 8 2m
@@ -564,7 +637,7 @@ hst_target_rows() {
 	# rmmod with a controller connected, then the module loaded again and
 	# unloaded.
 	nvmt_gate=${host_gate:-$tgt_gate}
-	nvmt_check "${t}_rmmod_while_connected_removes_disks" hst_rmmod_connected "$svc" "$nqn"
+	nvmt_check "${t}_rmmod_under_io_with_disk_held_open" hst_rmmod_connected "$svc" "$nqn"
 	nvmt_gate=$host_gate
 	nvmt_check "${t}_reinsert" hst_insmod || host_gate=${host_gate:-"rdma_rust_nvme did not load again (row ${t}_reinsert)"}
 
