@@ -7,7 +7,6 @@
 ifneq ($(KERNELRELEASE),)
 
 obj-$(CONFIG_RDMA_RUST_ULP) += drivers/rdma_rust_ulp/
-obj-$(CONFIG_RDMA_RUST_BLK) += drivers/rdma_rust_blk/
 obj-$(CONFIG_RDMA_RUST_NVMET) += drivers/rdma_rust_nvmet/
 obj-$(CONFIG_RDMA_RUST_NVME) += drivers/rdma_rust_nvme/
 obj-$(CONFIG_SAMPLES_RDMA_RUST) += samples/rdma_rust/

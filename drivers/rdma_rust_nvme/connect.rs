@@ -56,7 +56,7 @@ pub(crate) fn connect_queue(spec: &QueueSpec) -> Result<Arc<Queue>> {
     let pd = Pd::new(&dev).inspect_err(why("no PD"))?;
     // Completions in the core's high-priority completion workqueue, not in softirq as
     // nvme-rdma's: soft-RoCE raises CQ events from its kworkers, and softirq work raised
-    // there waits for ksoftirqd behind them (rdma_rust_blk's finding). Against the stock
+    // there waits for ksoftirqd behind them (the retired rdma_rust_blk's finding). Against the stock
     // host (release kernel, same boot) depth-1 4 KiB I/O measured 1.12-1.16x with the
     // workqueue, 1.01-1.15x with softirq (Documentation/bench.rst). Nothing in the
     // handlers sleeps, so either works.

@@ -48,9 +48,9 @@ PEER_TOOL = {
     "rping": "rping -s/-c",
     "cross_send": "ib_send_bw",
     "cross_write": "ib_write_bw",
-    "blk": "nvme-rdma (fio)",
     "nvmf": "nvmet-rdma (fio)",
     "nvmh": "nvme-rdma host (fio)",
+    "nvmp": "nvme-rdma + nvmet-rdma (fio)",
 }
 # A case is bounded by rxe when the faster side reaches this share of what rxe alone
 # allows for its message size (see rxe_ceiling), and is not above it by more than the noise:
@@ -257,13 +257,13 @@ def bound_text(share, src):
 
 SECTION_TITLE = {
     0: "One guest, QP pairs on rxe0 (loopback):",
-    1: "Block devices on rxe0 (loopback): rdma_rust_blk (ULP) against nvme-rdma (peer), "
-       "fio on both, IOPS / MB/s and CPU us per I/O:",
     2: "Two guests, one RoCE host each (a serves, b sends):",
     3: "NVMe over Fabrics on rxe0 (loopback): the nvme-rdma host against rdma_rust_nvmet (ULP) "
        "and nvmet-rdma (peer), fio on both, IOPS / MB/s and CPU us per I/O:",
     4: "NVMe over Fabrics hosts on rxe0 (loopback): rdma_rust_nvme (ULP) and the nvme-rdma host "
        "(peer), both against nvmet-rdma, fio on both, IOPS / MB/s and CPU us per I/O:",
+    5: "NVMe over Fabrics pairs on rxe0 (loopback): rdma_rust_nvme + rdma_rust_nvmet (ULP) "
+       "against nvme-rdma + nvmet-rdma (peer), fio on both, IOPS / MB/s and CPU us per I/O:",
 }
 
 
@@ -273,7 +273,9 @@ def section(name):
         return 3
     if name.startswith("nvmh_"):
         return 4
-    return 2 if name.startswith("cross_") else 1 if name.startswith("blk_") else 0
+    if name.startswith("nvmp_"):
+        return 5
+    return 2 if name.startswith("cross_") else 0
 
 
 def fmt(x):

@@ -37,7 +37,6 @@ sync_file "$PROJECT_DIR/rust/rdma/helpers.c" "$KSRC/rust/helpers/rdma.c"
 sync_file "$PROJECT_DIR/Kconfig" "$KSRC/drivers/rdma_rust/Kconfig"
 sync_file "$PROJECT_DIR/Makefile" "$KSRC/drivers/rdma_rust/Makefile"
 sync_dir "$PROJECT_DIR/drivers/rdma_rust_ulp" "$KSRC/drivers/rdma_rust/drivers/rdma_rust_ulp"
-sync_dir "$PROJECT_DIR/drivers/rdma_rust_blk" "$KSRC/drivers/rdma_rust/drivers/rdma_rust_blk"
 sync_dir "$PROJECT_DIR/drivers/rdma_rust_nvmet" "$KSRC/drivers/rdma_rust/drivers/rdma_rust_nvmet"
 sync_dir "$PROJECT_DIR/drivers/rdma_rust_nvme" "$KSRC/drivers/rdma_rust/drivers/rdma_rust_nvme"
 sync_dir "$PROJECT_DIR/samples/rdma_rust" "$KSRC/drivers/rdma_rust/samples/rdma_rust"
@@ -97,7 +96,6 @@ build_ext() {
 	fi
 }
 build_ext rdma_rust_ulp "$PROJECT_DIR/drivers/rdma_rust_ulp" CONFIG_RDMA_RUST_ULP=m
-build_ext rdma_rust_blk "$PROJECT_DIR/drivers/rdma_rust_blk" CONFIG_RDMA_RUST_BLK=m
 build_ext rdma_rust_nvmet "$PROJECT_DIR/drivers/rdma_rust_nvmet" CONFIG_RDMA_RUST_NVMET=m
 build_ext rdma_rust_nvme "$PROJECT_DIR/drivers/rdma_rust_nvme" CONFIG_RDMA_RUST_NVME=m
 build_ext rdma_kunit "$KUNIT_DIR/rdma" CONFIG_RDMA_RUST_KUNIT=m

@@ -26,7 +26,7 @@ fail=0
 cd "$PROJECT_DIR"
 
 log "import cycles and module order"
-for crate in "drivers/rdma_rust_ulp ulp_main crate" "drivers/rdma_rust_blk blk_main crate" \
+for crate in "drivers/rdma_rust_ulp ulp_main crate" \
 	"drivers/rdma_rust_nvmet nvmet_main crate" "drivers/rdma_rust_nvme nvme_main crate" \
 	"rust/rdma rdma crate::rdma" "tools/testing/kunit/rdma rdma_kunit_tests crate"; do
 	read -r dir root prefix <<< "$crate"
@@ -69,7 +69,7 @@ for s in "$PROJECT_DIR"/samples/rdma_rust/*.rs; do
 	n=$(basename "$s" .rs)
 	samples+=("rdma_rust_samples:CONFIG_SAMPLE_${n^^}:$n.o")
 done
-for spec in rdma_rust_ulp:CONFIG_RDMA_RUST_ULP:ulp_main.o rdma_rust_blk:CONFIG_RDMA_RUST_BLK:blk_main.o \
+for spec in rdma_rust_ulp:CONFIG_RDMA_RUST_ULP:ulp_main.o \
 	rdma_rust_nvmet:CONFIG_RDMA_RUST_NVMET:nvmet_main.o rdma_rust_nvme:CONFIG_RDMA_RUST_NVME:nvme_main.o \
 	rdma_kunit:CONFIG_RDMA_RUST_KUNIT:rdma_kunit_tests.o \
 	"${samples[@]}"; do

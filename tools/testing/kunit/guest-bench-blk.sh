@@ -1,16 +1,19 @@
 #!/bin/sh
 # SPDX-License-Identifier: GPL-2.0
 #
-# `make bench`'s block cases: rdma_rust_blk against its C peer, nvme-rdma, in
-# the bench guest on the same rxe0 (loopback), with the same tool on both disks:
+# `make bench`'s block cases: the Rust NVMe over Fabrics roles against the
+# kernel's, in the bench guest on the same rxe0 (loopback), with the same tool
+# on both disks. The peer is always the C pair: nvmet with the RDMA transport,
+# a namespace on a RAM disk (brd) of the ULP's size, every block written
+# before timing (blkb_prewrite), and the nvme-rdma host (`nvme connect`). The
+# ULP's disk is, by case prefix:
 #
-#   peer: nvmet with the RDMA transport, a namespace on a RAM disk (brd) of the
-#         volume's size, every block written before timing (blkb_prewrite), and
-#         the nvme-rdma host (`nvme connect`): /dev/nvme0n1;
-#   ULP:  rdma_rust_blk exporting a RAM volume of that size, and its initiator:
-#         /dev/rrbd0;
+#   nvmf_*: rdma_rust_nvmet's RAM namespace, through the nvme-rdma host;
+#   nvmh_*: nvmet-rdma's namespace, through rdma_rust_nvme;
+#   nvmp_*: rdma_rust_nvmet's RAM namespace through rdma_rust_nvme (the Rust
+#           pair against the C pair).
 #
-# both with two I/O queues of the same depth. fio (libaio, O_DIRECT) runs each
+# Both with two I/O queues of the same depth. fio (libaio, O_DIRECT) runs each
 # case on one disk, then the other, round after round (the first disk changes
 # from round to round, as for the other cases), and the lines are those
 # of guest-bench.sh (`rdmabench: run case=...`): IOPS, MB/s, or the p50 and p99
@@ -21,22 +24,18 @@
 BLKB_MB=64
 BLKB_DEPTH=64
 BLKB_QUEUES=2
-# More keys of rdma_rust_blk's connect, for experiments (make bench's
-# BENCH_BLK_CONNECT=zerocopy=0: I/Os above 4 KiB through the bounce buffers).
-BLKB_CONNECT=$(arg rdmatest.blk_connect | tr , ' ')
-BLKB_CONNECT=${BLKB_CONNECT:+ $BLKB_CONNECT}
 BLKB_NQN=rdma-bench
 NVMET=/sys/kernel/config/nvmet
 
-# A case: NAME KIND RW BS QD. The QD 1 cases also give the latency rows
-# (NAME_lat, kind blklat).
+# A case: NAME KIND RW BS QD, the name without its pair's prefix. The QD 1
+# cases also give the latency rows (NAME_lat, kind blklat).
 BLKB_CASES="
-blk_randread_4k_qd1 iops randread 4k 1
-blk_randwrite_4k_qd1 iops randwrite 4k 1
-blk_randread_4k_qd32 iops randread 4k 32
-blk_randwrite_4k_qd32 iops randwrite 4k 32
-blk_read_128k_qd8 bw read 128k 8
-blk_write_128k_qd8 bw write 128k 8
+randread_4k_qd1 iops randread 4k 1
+randwrite_4k_qd1 iops randwrite 4k 1
+randread_4k_qd32 iops randread 4k 32
+randwrite_4k_qd32 iops randwrite 4k 32
+read_128k_qd8 bw read 128k 8
+write_128k_qd8 bw write 128k 8
 "
 
 # mem_avail_kib: MemAvailable of /proc/meminfo, for the note below.
@@ -57,7 +56,7 @@ blkb_prewrite() {
 		--bs=1m --iodepth=4 --size=${BLKB_MB}m --thread --output=/tmp/fio.prewrite > /dev/null 2>&1 ||
 		{ cat /tmp/fio.prewrite >&2; return 1; }
 	io=$(sed -n 's/^ *WRITE:.* io=\([^ ,]*\).*/\1/p' /tmp/fio.prewrite)
-	bench_say "note blk: brd prewritten before timing: fio wrote $io to a fresh $BLKB_MB MiB disk; MemAvailable went down by $(( (before - $(mem_avail_kib)) / 1024 )) MiB"
+	bench_say "note brd: prewritten before timing: fio wrote $io to a fresh $BLKB_MB MiB disk; MemAvailable went down by $(( (before - $(mem_avail_kib)) / 1024 )) MiB"
 	[ "$io" = "$BLKB_MB.0MiB" ] ||
 		{ echo "$1: fio wrote '$io', not the disk's $BLKB_MB MiB: not preallocated" >&2; cat /tmp/fio.prewrite >&2; return 1; }
 }
@@ -96,23 +95,6 @@ blkb_nvme_down() {
 	echo 0 > $NVMET/subsystems/$BLKB_NQN/namespaces/1/enable
 	rmdir $NVMET/subsystems/$BLKB_NQN/namespaces/1 $NVMET/subsystems/$BLKB_NQN
 	modprobe -r nvme-rdma nvmet-rdma brd
-}
-
-# blkb_rrbd_connect [KEY=VALUE...]: one more rdma_rust_blk disk on the bench
-# volume, with the bench's queues and depth, BLKB_CONNECT's keys and these.
-blkb_rrbd_connect() {
-	echo "connect addr=$BENCH_ADDR port=4421 name=bench queues=$BLKB_QUEUES depth=$BLKB_DEPTH$BLKB_CONNECT${*:+ $*}" \
-		> /sys/kernel/debug/rdma_rust_blk/ctl
-}
-# blkb_rrbd_up: rdma_rust_blk's target and initiator; prints the disk's name.
-blkb_rrbd_up() {
-	insmod /lib/modules/extra/rdma_rust_blk.ko || return 1
-	echo "export name=bench size=${BLKB_MB}m addr=$BENCH_ADDR port=4421" > /sys/kernel/debug/rdma_rust_blk/ctl &&
-		blkb_rrbd_connect && [ -b /dev/rrbd0 ] && echo rrbd0
-}
-blkb_rrbd_down() {
-	echo "disconnect dev=rrbd0" > /sys/kernel/debug/rdma_rust_blk/ctl
-	rmmod rdma_rust_blk
 }
 
 # blkb_fio_job DEV RW BS QD SECONDS: the options of every timed fio job, one
@@ -163,19 +145,22 @@ blkb_check() {
 
 # blkb_script_cases DEFAULT ROUNDS FUNC: the loop of the scripts of one's own
 # that look into both disks (script-blk-profile.sh, script-blk-trace.sh,
-# script-blk-switch.sh): both
-# disks up, perf allowed to see the kernel, then for each case of
-# rdmatest.prof (`BENCH_PROF=RW:QD:BS,...`; DEFAULT if none) and ROUNDS
-# rounds of nvme-rdma's disk then rdma_rust_blk's, FUNC RW QD BS SIDE DEV;
-# both disks down. With rdmatest.pair=nvmf (`BENCH_PAIR=nvmf`) the second
-# disk is rdma_rust_nvmet's, through the same nvme-rdma host (bench_nvmf's
-# pair).
+# script-blk-switch.sh): both disks up, perf allowed to see the kernel, then
+# for each case of rdmatest.prof (`BENCH_PROF=RW:QD:BS,...`; DEFAULT if none)
+# and ROUNDS rounds of the C pair's disk then the ULP's, FUNC RW QD BS SIDE
+# DEV; both disks down. The ULP's disk is that of the pair rdmatest.pair
+# (`BENCH_PAIR=nvmf|nvmh|nvmp`, as the bench cases of that prefix; nvmp, the
+# Rust pair, by default).
 blkb_script_cases() {
-	local default=$1 rounds=$2 func=$3 cases c rw qd bs side d nvme rrbd ulp=rrbd
+	local default=$1 rounds=$2 func=$3 cases c rw qd bs side d nvme rust pair
 	cases=$(arg rdmatest.prof | tr , ' ')
-	[ "$(arg rdmatest.pair)" != nvmf ] || ulp=nvmf_rust
+	pair=$(arg rdmatest.pair)
+	case ${pair:=nvmp} in
+	nvmf | nvmh | nvmp) ;;
+	*) bench_say "fail case=script side=ulp round=0 (rdmatest.pair=$pair: not nvmf, nvmh or nvmp)"; return ;;
+	esac
 	nvme=$(blkb_nvme_up) || { bench_say "fail case=script side=peer round=0 (nvme-rdma)"; return; }
-	rrbd=$(${ulp}_up) || { bench_say "fail case=script side=ulp round=0 ($ulp)"; blkb_nvme_down; return; }
+	rust=$(${pair}_rust_up) || { bench_say "fail case=script side=ulp round=0 (${pair}_rust_up)"; ${pair}_rust_down > /dev/null 2>&1; blkb_nvme_down; return; }
 	echo 0 > /proc/sys/kernel/kptr_restrict
 	echo -1 > /proc/sys/kernel/perf_event_paranoid
 	for c in ${cases:-$default}; do
@@ -188,11 +173,11 @@ blkb_script_cases() {
 			continue ;;
 		esac
 		for side in $(seq 1 "$rounds" | sed 's/.*/peer ulp/'); do
-			if [ $side = peer ]; then d=$nvme; else d=$rrbd; fi
+			if [ $side = peer ]; then d=$nvme; else d=$rust; fi
 			$func "$rw" "$qd" "$bs" $side "$d"
 		done
 	done
-	${ulp}_down
+	${pair}_rust_down
 	blkb_nvme_down
 }
 
@@ -232,13 +217,13 @@ blkb_one() {
 		bench_say "run case=${case}_lat side=$side round=$round value=$4 p99=$5 msgs=$1 cpu_us=$cpu"
 }
 
-# blkb_compare PEER_DEV ULP_DEV [OP]: the block cases on two disks that are up:
+# blkb_compare PEER_DEV ULP_DEV OP: the block cases on two disks that are up:
 # a verified pattern on each, then the timed rounds (the peer column's figures
-# from /dev/PEER_DEV, the ULP's from /dev/ULP_DEV). OP (default blk) names the
-# cases (OP_randread_4k_qd1, ...) and their op.
+# from /dev/PEER_DEV, the ULP's from /dev/ULP_DEV). OP names the cases
+# (OP_randread_4k_qd1, ...) and their op.
 blkb_compare() {
-	local peer=$1 ulp=$2 op=${3:-blk} r c k rw bs qd what side d
-	echo "$BLKB_CASES" | grep . | sed "s/^blk_/${op}_/" > /tmp/blkb-cases
+	local peer=$1 ulp=$2 op=$3 r c k rw bs qd what side d
+	echo "$BLKB_CASES" | grep . | sed "s/^/${op}_/" > /tmp/blkb-cases
 	while read -r c k rw bs qd; do
 		bench_say "case case=$c kind=$k op=$op size=$(( ${bs%k} * 1024 ))"
 		[ "$qd" != 1 ] || bench_say "case case=${c}_lat kind=blklat op=$op size=$(( ${bs%k} * 1024 ))"
@@ -261,22 +246,26 @@ blkb_compare() {
 	done
 }
 
-# bench_blk: both disks up, the block cases on them, both down; the RDMA
-# resources back to where they were.
-bench_blk() {
-	local nvme rrbd
+# blkb_pair OP WHAT PEER_UP ULP_UP ULP_DOWN NOTE STATUS: the peer's disk
+# (PEER_UP prints its name; always nvmet-rdma's, blkb_nvme_up) and the ULP's
+# (ULP_UP), the block cases on them (named OP_*), both down; the RDMA
+# resources back to where they were. NOTE says what the two disks are (after
+# their names), STATUS is the Rust module's status file, logged after the
+# runs; WHAT names the cases in the resources' line.
+blkb_pair() {
+	local op=$1 what=$2 peer_up=$3 ulp_up=$4 ulp_down=$5 note=$6 status=$7 peer ulp
 	rdma_resources_but_pool > /tmp/blkb-res
-	nvme=$(blkb_nvme_up) || { bench_say "fail case=blk_setup side=peer round=0 (nvme-rdma)"; return 1; }
-	rrbd=$(blkb_rrbd_up) || { bench_say "fail case=blk_setup side=ulp round=0 (rdma_rust_blk)"; blkb_nvme_down; return 1; }
-	bench_say "note blk: peer /dev/$nvme (nvmet-rdma, brd namespace prewritten, nvme-rdma host), ulp /dev/$rrbd; $BLKB_MB MiB each, $BLKB_QUEUES queues of depth $BLKB_DEPTH; fio $(/usr/bin/fio --version) libaio O_DIRECT"
-	blkb_compare "$nvme" "$rrbd"
-	bench_say "note blk: rdma_rust_blk status: $(tr '\n' ' ' < /sys/kernel/debug/rdma_rust_blk/status)"
-	blkb_rrbd_down
+	peer=$($peer_up) || { bench_say "fail case=${op}_setup side=peer round=0 ($peer_up)"; return 1; }
+	ulp=$($ulp_up) || { bench_say "fail case=${op}_setup side=ulp round=0 ($ulp_up)"; $ulp_down > /dev/null 2>&1; blkb_nvme_down; return 1; }
+	bench_say "note $op: peer /dev/$peer, ulp /dev/$ulp: $note; $BLKB_MB MiB, $BLKB_QUEUES queues of depth $BLKB_DEPTH; fio $(/usr/bin/fio --version) libaio O_DIRECT"
+	blkb_compare "$peer" "$ulp" "$op"
+	bench_say "note $op: $status: $(tr '\n' ' ' < "$status")"
+	$ulp_down
 	blkb_nvme_down
 	if wait_for 10 resources_but_pool_same_as /tmp/blkb-res; then
-		bench_say "resources back to where they were after the block cases (but the core's CQ pool: $(pool_cqs) idle CQs)"
+		bench_say "resources back to where they were after the $what cases (but the core's CQ pool: $(pool_cqs) idle CQs)"
 	else
-		bench_say "fail case=blk_resources: LEFT BEHIND by the block cases: $(rdma resource show | tr '\n' ';')"
+		bench_say "fail case=${op}_resources: LEFT BEHIND by the $what cases: $(rdma resource show | tr '\n' ';')"
 	fi
 }
 
@@ -289,16 +278,30 @@ bench_blk() {
 NVMF_NQN=rdma-bench-rust
 NVMF_CFS=/sys/kernel/config/rdma_rust_nvmet
 
-# nvmf_rust_up: rdma_rust_nvmet's subsystem, namespace and port, and the stock
-# host connected to it; prints the disk's name (the nvmeXn1 that is new).
-nvmf_rust_up() {
-	local p=$NVMF_CFS/ports/2 s=$NVMF_CFS/subsystems/$NVMF_NQN id d before
+# nvmf_target_up: rdma_rust_nvmet's subsystem, RAM namespace and port (4422),
+# configured through its configfs tree as nvmet's is.
+nvmf_target_up() {
+	local p=$NVMF_CFS/ports/2 s=$NVMF_CFS/subsystems/$NVMF_NQN
 	insmod /lib/modules/extra/rdma_rust_nvmet.ko || return 1
 	mkdir $s && echo 1 > $s/attr_allow_any_host && mkdir $s/namespaces/1 &&
 		echo $((BLKB_MB * 1048576)) > $s/namespaces/1/size && echo 1 > $s/namespaces/1/enable &&
 		mkdir $p && echo rdma > $p/addr_trtype && echo ipv4 > $p/addr_adrfam &&
 		echo $BENCH_ADDR > $p/addr_traddr && echo 4422 > $p/addr_trsvcid &&
-		ln -s $s $p/subsystems/$NVMF_NQN || return 1
+		ln -s $s $p/subsystems/$NVMF_NQN
+}
+nvmf_target_down() {
+	rm -f $NVMF_CFS/ports/2/subsystems/$NVMF_NQN
+	rmdir $NVMF_CFS/ports/2
+	echo 0 > $NVMF_CFS/subsystems/$NVMF_NQN/namespaces/1/enable
+	rmdir $NVMF_CFS/subsystems/$NVMF_NQN/namespaces/1 $NVMF_CFS/subsystems/$NVMF_NQN
+	rmmod rdma_rust_nvmet
+}
+
+# nvmf_rust_up: rdma_rust_nvmet up and the stock host connected to it; prints
+# the disk's name (the nvmeXn1 that is new).
+nvmf_rust_up() {
+	local id d before
+	nvmf_target_up || return 1
 	before=$(ls /sys/block | grep '^nvme[0-9]*n1$')
 	id=$(cat /proc/sys/kernel/random/uuid)
 	/usr/bin/nvme connect -t rdma -a $BENCH_ADDR -s 4422 -n $NVMF_NQN -i $BLKB_QUEUES -Q $BLKB_DEPTH \
@@ -312,30 +315,15 @@ nvmf_rust_up() {
 }
 nvmf_rust_down() {
 	/usr/bin/nvme disconnect -n $NVMF_NQN > /dev/null
-	rm -f $NVMF_CFS/ports/2/subsystems/$NVMF_NQN
-	rmdir $NVMF_CFS/ports/2
-	echo 0 > $NVMF_CFS/subsystems/$NVMF_NQN/namespaces/1/enable
-	rmdir $NVMF_CFS/subsystems/$NVMF_NQN/namespaces/1 $NVMF_CFS/subsystems/$NVMF_NQN
-	rmmod rdma_rust_nvmet
+	nvmf_target_down
 }
 
-# bench_nvmf: both targets up with a disk each, the block cases on them
-# (named nvmf_*), both down; the RDMA resources back to where they were.
+# bench_nvmf: rdma_rust_nvmet against nvmet-rdma, the nvme-rdma host on both
+# (nvmf_* rows).
 bench_nvmf() {
-	local nvme rust
-	rdma_resources_but_pool > /tmp/blkb-res
-	nvme=$(blkb_nvme_up) || { bench_say "fail case=nvmf_setup side=peer round=0 (nvmet-rdma)"; return 1; }
-	rust=$(nvmf_rust_up) || { bench_say "fail case=nvmf_setup side=ulp round=0 (rdma_rust_nvmet)"; blkb_nvme_down; return 1; }
-	bench_say "note nvmf: peer /dev/$nvme (nvmet-rdma, brd namespace prewritten), ulp /dev/$rust (rdma_rust_nvmet, RAM namespace); the nvme-rdma host on both; $BLKB_MB MiB each, $BLKB_QUEUES queues of depth $BLKB_DEPTH; fio $(/usr/bin/fio --version) libaio O_DIRECT"
-	blkb_compare "$nvme" "$rust" nvmf
-	bench_say "note nvmf: rdma_rust_nvmet status: $(tr '\n' ' ' < /sys/kernel/debug/rdma_rust_nvmet/status)"
-	nvmf_rust_down
-	blkb_nvme_down
-	if wait_for 10 resources_but_pool_same_as /tmp/blkb-res; then
-		bench_say "resources back to where they were after the NVMe-oF cases (but the core's CQ pool: $(pool_cqs) idle CQs)"
-	else
-		bench_say "fail case=nvmf_resources: LEFT BEHIND by the NVMe-oF cases: $(rdma resource show | tr '\n' ';')"
-	fi
+	blkb_pair nvmf NVMe-oF blkb_nvme_up nvmf_rust_up nvmf_rust_down \
+		"nvmet-rdma's brd namespace (prewritten) and rdma_rust_nvmet's RAM namespace, the nvme-rdma host on both" \
+		/sys/kernel/debug/rdma_rust_nvmet/status
 }
 
 # --- NVMe over Fabrics hosts: rdma_rust_nvme against nvme-rdma ----------------
@@ -347,40 +335,48 @@ bench_nvmf() {
 # namespace: the runs take turns, never together.
 NVMH_CTL=/dev/rdma_rust_nvme-fabrics
 
-# nvmh_rust_up: rdma_rust_nvme connected to nvmet-rdma's subsystem; prints the
-# disk's name.
-nvmh_rust_up() {
+# nvmh_connect PORT NQN: rdma_rust_nvme loaded and connected to subsystem NQN
+# at BENCH_ADDR:PORT; prints the disk's name.
+nvmh_connect() {
 	local id
 	insmod /lib/modules/extra/rdma_rust_nvme.ko || return 1
 	id=$(cat /proc/sys/kernel/random/uuid)
-	printf 'transport=rdma,traddr=%s,trsvcid=4420,nqn=%s,nr_io_queues=%s,queue_size=%s,hostnqn=nqn.2014-08.org.nvmexpress:uuid:%s,hostid=%s' \
-		$BENCH_ADDR $BLKB_NQN $BLKB_QUEUES $BLKB_DEPTH "$id" "$id" > $NVMH_CTL || return 1
+	printf 'transport=rdma,traddr=%s,trsvcid=%s,nqn=%s,nr_io_queues=%s,queue_size=%s,hostnqn=nqn.2014-08.org.nvmexpress:uuid:%s,hostid=%s' \
+		$BENCH_ADDR "$1" "$2" $BLKB_QUEUES $BLKB_DEPTH "$id" "$id" > $NVMH_CTL || return 1
 	for _ in $(seq 1 50); do
 		[ ! -b /dev/rnvme0n1 ] || { echo rnvme0n1; return 0; }
 		sleep 0.2
 	done
 	return 1
 }
+nvmh_rust_up() { nvmh_connect 4420 $BLKB_NQN; }
 nvmh_rust_down() {
 	echo disconnect=0 > $NVMH_CTL
 	rmmod rdma_rust_nvme
 }
 
-# bench_nvmh: the target and both hosts up, the block cases on the two disks
-# (named nvmh_*), all down; the RDMA resources back to where they were.
+# bench_nvmh: rdma_rust_nvme against the nvme-rdma host, nvmet-rdma's brd
+# namespace the target of both (nvmh_* rows).
 bench_nvmh() {
-	local nvme rust
-	rdma_resources_but_pool > /tmp/blkb-res
-	nvme=$(blkb_nvme_up) || { bench_say "fail case=nvmh_setup side=peer round=0 (nvme-rdma)"; return 1; }
-	rust=$(nvmh_rust_up) || { bench_say "fail case=nvmh_setup side=ulp round=0 (rdma_rust_nvme)"; blkb_nvme_down; return 1; }
-	bench_say "note nvmh: peer /dev/$nvme (the nvme-rdma host), ulp /dev/$rust (rdma_rust_nvme); both controllers of nvmet-rdma's brd namespace (prewritten); $BLKB_MB MiB, $BLKB_QUEUES queues of depth $BLKB_DEPTH; fio $(/usr/bin/fio --version) libaio O_DIRECT"
-	blkb_compare "$nvme" "$rust" nvmh
-	bench_say "note nvmh: rdma_rust_nvme status: $(tr '\n' ' ' < /sys/kernel/debug/rdma_rust_nvme/status)"
+	blkb_pair nvmh "NVMe-oF host" blkb_nvme_up nvmh_rust_up nvmh_rust_down \
+		"the nvme-rdma host and rdma_rust_nvme, both controllers of nvmet-rdma's brd namespace (prewritten)" \
+		/sys/kernel/debug/rdma_rust_nvme/status
+}
+
+# --- NVMe over Fabrics pairs: Rust host and target against C host and target --
+# The C pair (nvme-rdma + nvmet-rdma's brd namespace: blkb_nvme_up) as the
+# peer, the Rust pair (rdma_rust_nvme + rdma_rust_nvmet's RAM namespace,
+# port 4422) as the ULP; the same fio jobs, in the same boot.
+
+nvmp_rust_up() { nvmf_target_up && nvmh_connect 4422 $NVMF_NQN; }
+nvmp_rust_down() {
 	nvmh_rust_down
-	blkb_nvme_down
-	if wait_for 10 resources_but_pool_same_as /tmp/blkb-res; then
-		bench_say "resources back to where they were after the NVMe-oF host cases (but the core's CQ pool: $(pool_cqs) idle CQs)"
-	else
-		bench_say "fail case=nvmh_resources: LEFT BEHIND by the NVMe-oF host cases: $(rdma resource show | tr '\n' ';')"
-	fi
+	nvmf_target_down
+}
+
+# bench_nvmp: the Rust pair against the C pair (nvmp_* rows).
+bench_nvmp() {
+	blkb_pair nvmp "NVMe-oF pair" blkb_nvme_up nvmp_rust_up nvmp_rust_down \
+		"the C pair (nvme-rdma host, nvmet-rdma's brd namespace, prewritten) and the Rust pair (rdma_rust_nvme host, rdma_rust_nvmet's RAM namespace)" \
+		/sys/kernel/debug/rdma_rust_nvme/status
 }

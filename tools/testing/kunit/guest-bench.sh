@@ -535,11 +535,6 @@ mode_bench() {
 			ulp_ctl clear
 		done < /tmp/bench-cases
 	done
-	# rdma_rust_blk against nvme-rdma (guest-bench-blk.sh): rdmatest.cases=blk
-	# runs only those.
-	case ",$only," in
-	,, | *,blk,*) bench_blk ;;
-	esac
 	# rdma_rust_nvmet against nvmet-rdma, the stock host on both:
 	# rdmatest.cases=nvmf runs only those.
 	case ",$only," in
@@ -549,6 +544,11 @@ mode_bench() {
 	# rdmatest.cases=nvmh runs only those.
 	case ",$only," in
 	,, | *,nvmh,*) bench_nvmh ;;
+	esac
+	# rdma_rust_nvme + rdma_rust_nvmet against nvme-rdma + nvmet-rdma:
+	# rdmatest.cases=nvmp runs only those.
+	case ",$only," in
+	,, | *,nvmp,*) bench_nvmp ;;
 	esac
 	if [ -z "$only" ]; then
 		bench_floor

@@ -234,7 +234,6 @@ mode_test() {
 	kunit) setup_loopback; kunit_suites; return ;;
 	traffic) setup_loopback; ulp_traffic; return ;;
 	samples) setup_loopback; samples_suite; return ;;
-	blk) setup_loopback; blk_suite; return ;;
 	nvmet) setup_loopback; nvmet_suite; return ;;
 	nvme) setup_loopback; nvme_host_suite; return ;;
 	stress) setup_loopback; stress_suite 2 100 10000 10000; return ;;
@@ -262,7 +261,6 @@ mode_test() {
 	ulp_cm
 
 	samples_suite
-	blk_suite
 	nvmet_suite
 	# The NVMe-oF host, against the same targets (guest-nvme.sh).
 	nvme_host_suite
@@ -411,7 +409,7 @@ to_console() { sed 's/^\[[ 0-9.]*\] /  /' > /dev/console; }
 show_log() { dmesg | grep "$1" | to_console; }
 
 mode_run() {
-	local c ok total msgs bytes errs cm_line samples_ok n splats blk_line
+	local c ok total msgs bytes errs cm_line samples_ok n splats nvme_line r nqn d
 	say ""
 	say "=== rdma-rust demo: soft-RoCE devices rxe0 (veth0) and rxe1 (veth1) ==="
 	setup_loopback || { say "rxe setup failed"; return; }
@@ -485,38 +483,52 @@ mode_run() {
 	rmmod rdma_rust_cm_server
 	show_log 'rdma_rust_cm_server:'
 	say ""
-	say "=== rdma_rust_blk: a 64 MiB RAM volume exported on rxe0, served as /dev/rrbd0 ==="
-	blk_line="FAILED (see above)"
+	say "=== NVMe over Fabrics: rdma_rust_nvmet (configured in configfs) serving rdma_rust_nvme on rxe0 ==="
+	nvme_line="FAILED (see above)"
 	mark
-	if insmod $BLK_KO && blk_ctl export name=demo size=64m addr=10.77.0.1 port=7400 &&
-		blk_ctl connect addr=10.77.0.1 port=7400 name=demo queues=2 depth=32; then
-		say "  echo export name=demo size=64m addr=10.77.0.1 port=7400 > $BLK/ctl"
-		say "  echo connect addr=10.77.0.1 port=7400 name=demo queues=2 depth=32 > $BLK/ctl"
+	r=$CFS/rdma_rust_nvmet nqn=nqn.2026-11.org.rdma-rust:demo
+	say "  insmod rdma_rust_nvmet.ko; cd $r"
+	say "  mkdir subsystems/$nqn; echo 1 > subsystems/$nqn/attr_allow_any_host"
+	say "  mkdir subsystems/$nqn/namespaces/1; echo 67108864 > subsystems/$nqn/namespaces/1/size"
+	say "  echo 1 > subsystems/$nqn/namespaces/1/enable"
+	say "  mkdir ports/1; echo rdma > ports/1/addr_trtype; echo ipv4 > ports/1/addr_adrfam"
+	say "  echo 10.77.0.1 > ports/1/addr_traddr; echo 4420 > ports/1/addr_trsvcid"
+	say "  ln -s $r/subsystems/$nqn ports/1/subsystems/$nqn"
+	say "  insmod rdma_rust_nvme.ko"
+	say "  echo transport=rdma,traddr=10.77.0.1,trsvcid=4420,nqn=$nqn,nr_io_queues=2,queue_size=32 > $HST_CTL"
+	if tgt_load "$r" $((64 * 1048576)) && tgt_setup "$r" $nqn 1 10.77.0.1 4420 $((64 * 1048576)) &&
+		hst_insmod > /dev/null &&
+		hst_connect "transport=rdma,traddr=10.77.0.1,trsvcid=4420,nqn=$nqn,nr_io_queues=2,queue_size=32" > /dev/null &&
+		wait_for 10 test -b /dev/rnvme${hst_inst}n1; then
+		d=/dev/rnvme${hst_inst}n1
 		dd if=/dev/urandom of=/tmp/demo bs=1M count=8 2> /dev/null
-		if dd if=/tmp/demo of=/dev/rrbd0 bs=128k oflag=direct 2> /dev/null &&
-			[ "$(dd if=/dev/rrbd0 bs=128k count=64 iflag=direct 2> /dev/null | md5sum)" = "$(md5sum < /tmp/demo)" ] &&
-			mke2fs -q -F /dev/rrbd0 > /dev/null 2>&1 && e2fsck -f -n /dev/rrbd0 > /tmp/fsck 2>&1; then
-			blk_line="8 MiB written and read back intact with direct I/O; ext2 made, e2fsck clean"
+		if dd if=/tmp/demo of=$d bs=128k oflag=direct 2> /dev/null &&
+			[ "$(dd if=$d bs=128k count=64 iflag=direct 2> /dev/null | md5sum)" = "$(md5sum < /tmp/demo)" ] &&
+			mke2fs -q -F $d > /dev/null 2>&1 && e2fsck -f -n $d > /tmp/fsck 2>&1; then
+			nvme_line="8 MiB written to $d and read back intact with direct I/O; ext2 made, e2fsck clean"
 		fi
-		say "  $BLK/status:"
-		sed 's/^/    /' $BLK/status > /dev/console
-		blk_ctl disconnect dev=rrbd0
-		blk_ctl unexport name=demo
-		rmmod rdma_rust_blk
+		say "  cat /sys/block/${d#/dev/}/wwid: $(cat /sys/block/${d#/dev/}/wwid)"
+		say "  $HST_STATUS:"
+		sed 's/^/    /' $HST_STATUS > /dev/console
+		say "  echo disconnect=$hst_inst > $HST_CTL"
+		hst_disconnect "$hst_inst" > /dev/null
 	fi
-	since_mark | grep 'rdma_rust_blk:' | to_console
+	hst_loaded && rmmod rdma_rust_nvme
+	tgt_teardown "$r" > /dev/null 2>&1
+	tgt_unload "$r" > /dev/null 2>&1
+	since_mark | grep 'rdma_rust_nvmet\?:' | to_console
 	say ""
 	say "=== summary ==="
 	say "  ULP runs:     $ok of $total complete, $msgs messages, $bytes bytes, $errs errors or corrupt messages"
 	say "  rdma_cm:      $cm_line"
 	say "  samples:      $samples_ok of $n ran and logged success (cm_client against cm_server)"
-	say "  block device: $blk_line"
+	say "  NVMe-oF:      $nvme_line"
 	splats=$(dmesg | grep -c -E "$SPLATS|KASAN")
 	say "  kernel log:   $splats warnings or errors"
 	say ""
 	# For run.sh, which hides this line.
 	if [ "$ok" = "$total" ] && [ "$errs" = 0 ] && [ "$cm_line" != "FAILED (see above)" ] &&
-		[ "$samples_ok" = "$n" ] && [ "$blk_line" != "FAILED (see above)" ] && [ "$splats" = 0 ]; then
+		[ "$samples_ok" = "$n" ] && [ "$nvme_line" != "FAILED (see above)" ] && [ "$splats" = 0 ]; then
 		say "rdmatest: demo: ok"
 	else
 		say "rdmatest: demo: failed"
@@ -530,7 +542,6 @@ mode_run() {
 . /lib/rdmatest/nvmet-hostile.sh
 . /lib/rdmatest/bench-blk.sh
 . /lib/rdmatest/stress.sh
-. /lib/rdmatest/blk.sh
 . /lib/rdmatest/nvmet.sh
 . /lib/rdmatest/nvmet-paths.sh
 . /lib/rdmatest/nvmet-cfs.sh

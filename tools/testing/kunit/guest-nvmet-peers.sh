@@ -18,7 +18,7 @@
 # The target is configured through configfs by guest-nvmet.sh's functions
 # (tgt_setup, ...), the host checks are its rows' (nvmt_connect, nvmt_fio,
 # nvmt_outage, ...); the guests exchange words with guest-peers.sh's
-# nc_send/nc_recv (ports 5050-5059) and guest-blk.sh's blk_peer_says.
+# nc_send/nc_recv (ports 5050-5059) and guest-peers.sh's peer_says.
 # Sourced by guest-init.sh.
 
 NVMP_TARGET=10.88.0.1 NVMP_HOST=10.88.0.2
@@ -60,7 +60,7 @@ nvmp_status_is() {
 # within SECS (it is connected, or has disconnected), and the target's status
 # agrees.
 nvmp_word_then_status() {
-	blk_peer_says "$1" "$2" "$5" || return 1
+	peer_says "$1" "$2" "$5" || return 1
 	nvmp_status_is "$3" "$4"
 }
 
@@ -80,7 +80,7 @@ nvmp_tell() {
 # did not listen (b's fio is waiting for it), and the row then fails.
 nvmp_link_outage() {
 	local t0 why=
-	blk_peer_says 5053 fault 180 || return 1
+	peer_says 5053 fault 180 || return 1
 	mark
 	t0=$(uptime_ms)
 	timeout 60 rdma link delete rxe0 || why="rdma link delete rxe0 failed"
@@ -98,7 +98,7 @@ nvmp_link_outage() {
 # nvmp_ask_fault / nvmp_target_back: (b) nvmt_outage's DOWN and UP against
 # the other guest: ask for the outage, wait until the target is back.
 nvmp_ask_fault() { nc_send $NVMP_TARGET 5053 fault; }
-nvmp_target_back() { blk_peer_says 5054 back 120; }
+nvmp_target_back() { peer_says 5054 back 120; }
 
 # nvmp_host_outage: (b) guest-nvmet-paths.sh's outage row with the target
 # guest's rdma link delete as the fault: the host reconnects within 30 s and
@@ -213,7 +213,7 @@ mode_nvmet_peer_host() {
 	nvmp_skip_unless_built
 	mark
 	nvmt_check host_setup nvmt_host_setup
-	nvmt_check target_ready blk_peer_says 5050 ready 600 ||
+	nvmt_check target_ready peer_says 5050 ready 600 ||
 		nvmp_alone="the target guest is not ready (row target_ready)"
 	nvmt_gate=$nvmp_alone
 	nvmt_check discover_lists_subsystem nvmt_discover $NVMP_NQN $NVMP_TARGET $NVMP_SVC

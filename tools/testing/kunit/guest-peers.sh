@@ -251,18 +251,17 @@ cm_peer_b_link_delete_client() {
 # the victim's word twice a second). The server's connection fails too, and
 # stopping the server run frees it. UD is left out: a UD sender completes
 # whether anyone listens, and a UD receiver cannot tell silence from death.
-# rdma_rust_blk too: the survivor reads a disk served by the victim and writes
-# 4 KiB blocks to it (sent from the requests' pages), and the reader and the
-# writer must fail within the bound (a request in flight to the dead target
-# fails like the runs' do), and the disk disconnect.
+# NVMe over Fabrics too: the victim serves a namespace (rdma_rust_nvmet) to
+# the survivor's host (rdma_rust_nvme), whose controller is idle at the kill,
+# so that only its keep-alive can notice: within 2 x KATO (kill_nvme_seen).
 # Nothing may fail before the kill: an error between two live peers is not the
 # detection of a dead one. So the load is light (the RC run two deep, the ping
-# clients 1 KiB, the disk read 4 KiB at a time): every run and the disk keep
-# requests in flight, which is all the test needs. At the full load used before
-# (depth 16, 4 KiB pings, 64 KiB reads) each guest's one vCPU was saturated:
+# clients 1 KiB): every run keeps requests in flight, which is all the test
+# needs. At the full load used before (depth 16, 4 KiB pings, and the
+# retired block driver's 64 KiB reads) each guest's one vCPU was saturated:
 # the shell took 30 s to read 25 counters, ACK timeouts came by the dozen before
 # the kill (a victim counted 49), and one CI run saw live QPs exhaust their
-# retries and the disk fail 6 s before the kill was asked. Light, three kills
+# retries 6 s before the kill was asked. Light, three kills
 # in a row saw 0-3 ACK timeouts before the kill, and detection 4-8.5 s after.
 KILL_BOUND_S=15
 VICTIM=10.88.0.2 SURVIVOR=10.88.0.1
@@ -284,13 +283,24 @@ victim_serve() {
 	ulp_ctl connect id="$id" peer="$ea" || return 1
 	ulp_ctl start cm=server addr=$VICTIM port=7310 size=4096 count=$HUGE || return 1
 	ulp_cm_start cm=client addr=$SURVIVOR port=7311 size=1024 count=$HUGE || return 1
-	[ -d $BLK ] || insmod $BLK_KO || return 1
-	blk_ctl export name=vkill size=8m addr=$VICTIM port=7402 || return 1
+	tgt_load $NVMP_ROOT $KILL_NS_SIZE && tgt_setup $NVMP_ROOT $KILL_NQN 2 $VICTIM $KILL_SVC $KILL_NS_SIZE ||
+		{ echo "the NVMe-oF target was not set up"; return 1; }
 	nc_send $SURVIVOR 5034 ready || return 1
 	[ "$(nc_recv 5035)" = kill ] || { echo "no word from the survivor"; return 1; }
 	# run.sh's reaper kills this guest's QEMU when it sees this on the console.
 	say "rdmatest: kill this guest"
 	sleep 600
+}
+
+# have_rxe0_on_eth0: rxe0 is there, added on eth0 if a test took it away.
+have_rxe0_on_eth0() { [ -e /sys/class/infiniband/rxe0 ] || add_rxe rxe0 eth0; }
+
+# peer_says PORT WORD [SECS]: the other guest said WORD on PORT (within
+# SECS, 180 by default).
+peer_says() {
+	local w
+	w=$(nc_recv "$1" "${3:-180}")
+	[ "$w" = "$2" ] || { echo "expected '$2' from the peer on port $1, got '$w'"; return 1; }
 }
 
 # kill_watch ID...: waits up to KILL_BOUND_S seconds after $kill_t0 for each
@@ -314,11 +324,44 @@ kill_watch() {
 	[ -z "$kw_left" ] || { echo "runs$kw_left still running ${KILL_BOUND_S} s after the kill"; return 1; }
 }
 
+# The victim's NVMe-oF target (rdma_rust_nvmet, one namespace, on port
+# KILL_SVC of its address), and the survivor's host (rdma_rust_nvme)
+# connected to it with a KILL_KATO s keep-alive timeout, reconnect_delay 1
+# and ctrl_loss_tmo KILL_LOSS.
+KILL_NQN=nqn.2026-11.org.rdma-rust:peer-kill KILL_SVC=4423 KILL_NS_SIZE=$((8 * 1024 * 1024))
+KILL_KATO=5 KILL_LOSS=5
+
+kill_nvme_lost() { since_mark | grep -q "rdma_rust_nvme: rnvme$1: connection to .* lost"; }
+# kill_nvme_seen N: (the survivor, after the kill) controller N, idle, so
+# that only its keep-alive could notice: the admin queue failed (a Keep Alive
+# without an answer, or its SEND's retries exhausted) and the controller
+# said its connection was lost within 2 x KATO of the kill; it was given up
+# (dead) within 60 s (ctrl_loss_tmo, and the reconnect then under way to the
+# dead address), fails a read at once, and disconnects.
+kill_nvme_seen() {
+	local t_kill t_lost d bound=$((2 * KILL_KATO * 1000))
+	wait_for $((2 * KILL_KATO + 5)) kill_nvme_lost "$1" ||
+		{ since_mark | grep rdma_rust_nvme; echo "controller $1 did not notice the kill"; return 1; }
+	t_kill=$(nvmp_log_ms "rdmatest: peer kill: asked")
+	t_lost=$(nvmp_log_ms "rdma_rust_nvme: rnvme$1: connection to")
+	d=$((t_lost - t_kill))
+	since_mark | grep 'rdma_rust_nvme: queue 0: .*: the controller reconnects' ||
+		{ since_mark | grep rdma_rust_nvme; echo "not the admin queue (the keep-alive's) that failed first"; return 1; }
+	stress_say "peer kill: the NVMe-oF host's keep-alive noticed the dead target $d ms after the kill was asked (KATO $KILL_KATO s)"
+	[ "$d" -ge 0 ] && [ "$d" -le $bound ] ||
+		{ echo "noticed $d ms after the kill was asked: expected within 2 x KATO ($bound ms)"; return 1; }
+	wait_for 60 hst_expect "$1" state dead > /dev/null || { cat $HST_STATUS; echo "not dead within 60 s"; return 1; }
+	fails_by_itself 5 dd if=/dev/rnvme${1}n1 of=/dev/null bs=4k count=1 iflag=direct 2> /dev/null ||
+		{ echo "the dead controller's disk answered a read, or not within 5 s"; return 1; }
+	hst_disconnect "$1"
+}
+
 # survivor_cycle: one victim, started, used and killed; the survivor's runs end
-# with RetryExcErr within the bound, everything is freed, nothing hangs.
+# with RetryExcErr within the bound, its NVMe-oF host notices by keep-alive
+# (kill_nvme_seen), everything is freed, nothing hangs.
 survivor_cycle() {
-	local srv rc cm eb ends id t io why=
-	[ -d $BLK ] || insmod $BLK_KO || return 1
+	local srv rc cm eb ends id n why=
+	hst_loaded || hst_insmod || return 1
 	baseline kill
 	kmsg "rdmatest: peer kill: retransmissions at the start: $(retries rxe0)"
 	wait_for 180 ping -c 1 -W 1 $VICTIM || { echo "the victim did not come up"; return 1; }
@@ -334,9 +377,12 @@ survivor_cycle() {
 	ulp_cm_start cm=client addr=$VICTIM port=7310 size=1024 count=$HUGE || return 1
 	cm=$(ulp_last_id)
 	wait_for 60 all_moving "$rc" "$cm" "$srv" || { cat $ULP/stats; ulp_ctl stop all; echo "not all runs move data"; return 1; }
-	blk_ctl connect addr=$VICTIM port=7402 name=vkill || { ulp_ctl stop all; echo "no disk from the victim"; return 1; }
-	blk_io_start /tmp/kill 4k
-	wait_for 30 blk_completed_above 0 || why="rrbd0 completed no I/O before the kill"
+	hst_connect "$(hst_opts $VICTIM $KILL_SVC $KILL_NQN keep_alive_tmo=$KILL_KATO,reconnect_delay=1,ctrl_loss_tmo=$KILL_LOSS)" > /tmp/kill-connect ||
+		{ ulp_ctl stop all; cat /tmp/kill-connect; echo "no controller of the victim's target"; return 1; }
+	n=$hst_inst
+	wait_for 10 test -b /dev/rnvme${n}n1 &&
+		dd if=/dev/rnvme${n}n1 of=/dev/null bs=4k count=16 iflag=direct 2> /dev/null ||
+		why="rnvme${n}n1 did not read before the kill"
 	mark
 	# Nothing may have failed yet: an error between two live peers is not the
 	# detection of a dead one.
@@ -344,9 +390,7 @@ survivor_cycle() {
 	for id in $rc $cm $srv; do
 		[ "$(ulp_stat "$id" state)" = running ] || why="$why; run $id ended before the kill"
 	done
-	for io in reader writer; do
-		[ ! -e /tmp/kill-$io ] || why="$why; rrbd0's $io failed before the kill"
-	done
+	[ "$(hst_field "$n" state)" = live ] || why="$why; controller $n was not live before the kill"
 	nc_send $VICTIM 5035 kill || { ulp_ctl stop all; echo "the victim did not take the word"; return 1; }
 	kill_t0=$(uptime_ms)
 	kmsg "rdmatest: peer kill: asked"
@@ -356,20 +400,7 @@ survivor_cycle() {
 	while read -r id t; do
 		stress_say "peer kill: run $id ended with an error $t ms after the kill was asked (bound ${KILL_BOUND_S} s)"
 	done < /tmp/kill-ends
-	# The disk's reader and writer: they have failed by now, or do within what is
-	# left of the bound.
-	for io in reader writer; do
-		if wait_for $KILL_BOUND_S test -e /tmp/kill-$io; then
-			t=$(( $(cat /tmp/kill-$io) - kill_t0 ))
-			stress_say "peer kill: rrbd0's $io failed $t ms after the kill was asked (bound ${KILL_BOUND_S} s)"
-			[ "$t" -le $((KILL_BOUND_S * 1000)) ] || why="$why; rrbd0's $io failed after the bound"
-			[ "$t" -ge 0 ] || why="$why; rrbd0's $io failed before the kill was asked"
-		else
-			why="$why; rrbd0's $io did not fail"
-		fi
-	done
-	kill $blk_io_pids 2> /dev/null
-	timeout 30 sh -c "echo disconnect dev=rrbd0 > $BLK/ctl" || why="$why; disconnecting rrbd0 failed or hung"
+	kill_nvme_seen "$n" > /tmp/kill-nvme 2>&1 || why="$why; $(tr '\n' ' ' < /tmp/kill-nvme)"
 	for id in $rc $cm; do
 		[ "$(ulp_stat "$id" errors)" -gt 0 ] || why="$why; run $id ended without an error"
 		since_mark | grep -q "run $id: .*RetryExcErr" || why="$why; run $id: no RetryExcErr in the log"
@@ -413,8 +444,6 @@ mode_peer_a() {
 	insmod /lib/modules/extra/rdma_kunit.ko || say "rdmatest: insmod rdma_kunit failed"
 	rmmod rdma_kunit
 
-	# rdma_rust_blk between the guests (guest-blk.sh): b is the target.
-	mode_blk_peer_a
 	# The NVMe-oF target, b the host (guest-nvmet-peers.sh).
 	mode_nvmet_peer_target
 
@@ -424,7 +453,7 @@ mode_peer_a() {
 	check ulp_insmod insmod $ULP_KO
 	check peer_killed_mid_connection survivor_cycle
 	check ulp_rmmod timeout 30 rmmod rdma_rust_ulp
-	check blk_rmmod timeout 30 rmmod rdma_rust_blk
+	check nvme_host_rmmod hst_rmmod
 	suite_end
 	mode_nvmet_peer_kill
 }
@@ -468,9 +497,9 @@ mode_peer_b() {
 	check cm_link_delete_under_connection cm_peer_b_link_delete_client
 	cat $ULP/stats | while IFS= read -r l; do kmsg "rdmatest: peer-b: $l"; done
 	check ulp_rmmod timeout 30 rmmod rdma_rust_ulp
+	# The link delete above took rxe0 away: the NVMe-oF rows need it.
+	check rxe0_back_on_eth0 have_rxe0_on_eth0
 	suite_end
-	# rdma_rust_blk between the guests (guest-blk.sh): this guest is the target.
-	mode_blk_peer_b
 	# The stock NVMe-oF host to a's target (guest-nvmet-peers.sh).
 	mode_nvmet_peer_host
 	# Last: peer-a's peer_killed_mid_connection kills this guest, with a
@@ -493,7 +522,7 @@ mode_kill_survivor() {
 	check peer_kill_cycles stress_kind peer_kill "$kills" survivor_cycle
 	[ ! -s /tmp/stress-why ] || cat /tmp/stress-why > /dev/console
 	check ulp_rmmod timeout 60 rmmod rdma_rust_ulp
-	check blk_rmmod timeout 60 rmmod rdma_rust_blk
+	check nvme_host_rmmod hst_rmmod
 	check back_to_baseline back_to_baseline none
 	# The release kernel has no kmemleak.
 	[ "$(arg rdmatest.flavor)" = release ] || check kmemleak_clean kmemleak_clean

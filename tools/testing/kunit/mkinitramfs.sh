@@ -54,7 +54,7 @@ printf '127.0.0.1 localhost\n' > "$root/etc/hosts"
 # Kernel modules (rdma_rxe and its dependencies) with depmod's index.
 cp -a "$IMAGES/modroot/lib/modules" "$root/lib/"
 # The project's out-of-tree modules.
-cp "$MODBUILD/rdma_rust_ulp/rdma_rust_ulp.ko" "$MODBUILD/rdma_rust_blk/rdma_rust_blk.ko" \
+cp "$MODBUILD/rdma_rust_ulp/rdma_rust_ulp.ko" \
 	"$MODBUILD/rdma_rust_nvmet/rdma_rust_nvmet.ko" "$MODBUILD/rdma_rust_nvme/rdma_rust_nvme.ko" \
 	"$MODBUILD/rdma_kunit/rdma_kunit.ko" \
 	"$MODBUILD/rdma_kunit/rdma_kunit_orphan.ko" \
@@ -69,7 +69,6 @@ cp "$KUNIT_DIR/guest-peers.sh" "$root/lib/rdmatest/peers.sh"
 cp "$KUNIT_DIR/guest-bench.sh" "$root/lib/rdmatest/bench.sh"
 cp "$KUNIT_DIR/guest-bench-blk.sh" "$root/lib/rdmatest/bench-blk.sh"
 cp "$KUNIT_DIR/guest-stress.sh" "$root/lib/rdmatest/stress.sh"
-cp "$KUNIT_DIR/guest-blk.sh" "$root/lib/rdmatest/blk.sh"
 cp "$KUNIT_DIR/guest-nvmet.sh" "$root/lib/rdmatest/nvmet.sh"
 cp "$KUNIT_DIR/guest-nvmet-paths.sh" "$root/lib/rdmatest/nvmet-paths.sh"
 cp "$KUNIT_DIR/guest-nvmet-cfs.sh" "$root/lib/rdmatest/nvmet-cfs.sh"

@@ -10,7 +10,7 @@
 #   run.sh stress the fault suite on FLAVOR's kernel (guest-stress.sh): its
 #                 report, then "N passed, N failed" like `test`
 #
-# Environment: ONLY (one suite: kunit, traffic, cm, samples, blk, nvmet, nvme,
+# Environment: ONLY (one suite: kunit, traffic, cm, samples, nvmet, nvme,
 # stress, or peers), NVMET_TARGET (the targets of the nvmet and nvme suites: c,
 # the kernel's nvmet-rdma; rust, rdma_rust_nvmet; both, the default when this
 # tree has drivers/rdma_rust_nvmet, else c), RDMA_RUST_CACHE (build cache),
@@ -23,7 +23,7 @@
 # RDMATEST_EXTRA (more loopback-guest arguments; rdmatest.only=cm runs only the
 # rdma_cm suite there, rdmatest.only=traffic only the ULP traffic suite,
 # rdmatest.only=stress only the fault suite's short version,
-# rdmatest.only=samples only the samples/ suite, rdmatest.only=blk only rdma_rust_blk's,
+# rdmatest.only=samples only the samples/ suite,
 # rdmatest.only=nvmet only the NVMe-oF target's, rdmatest.only=nvme only the
 # NVMe-oF host's (rdma_rust_nvme),
 # rdmatest.only=kunit only the KUnit suites and the module unload check, for
@@ -36,9 +36,9 @@ mode=${1:-test}
 case ${ONLY:-} in
 '') ;;
 peers) TOPOLOGY=peers ;;
-kunit | traffic | cm | samples | blk | nvmet | nvme | stress)
+kunit | traffic | cm | samples | nvmet | nvme | stress)
 	TOPOLOGY=loopback RDMATEST_EXTRA="rdmatest.only=$ONLY ${RDMATEST_EXTRA:-}" ;;
-*) die "ONLY=$ONLY: one of kunit, traffic, cm, samples, blk, nvmet, nvme, stress (the loopback guest's suites) or peers" ;;
+*) die "ONLY=$ONLY: one of kunit, traffic, cm, samples, nvmet, nvme, stress (the loopback guest's suites) or peers" ;;
 esac
 # The nvmet (and nvme) suite's targets: the Rust one only where this tree builds it (the
 # module cache is shared between clones), and nvmet-rdma beside it as the
@@ -266,12 +266,10 @@ if [ "$mode" = bench ]; then
 	# Data-path keys of the ULP's timed runs, for experiments (comma-separated).
 	[ -z "${BENCH_ULP_FAST:-}" ] || extra="$extra rdmatest.ulp_fast=$BENCH_ULP_FAST"
 	[ -z "${BENCH_ULP_LAT:-}" ] || extra="$extra rdmatest.ulp_lat=$BENCH_ULP_LAT"
-	# More keys of rdma_rust_blk's connect (comma-separated; e.g. zerocopy=0).
-	[ -z "${BENCH_BLK_CONNECT:-}" ] || extra="$extra rdmatest.blk_connect=$BENCH_BLK_CONNECT"
 	# The cases of script-blk-profile.sh and script-blk-trace.sh (RW:QD:BS,...;
 	# e.g. read:8:128k).
 	[ -z "${BENCH_PROF:-}" ] || extra="$extra rdmatest.prof=$BENCH_PROF"
-	# The scripts' second disk: rdma_rust_nvmet's (nvmf) instead of rdma_rust_blk's.
+	# The scripts' second disk: that of the pair nvmf, nvmh or nvmp (the default).
 	[ -z "${BENCH_PAIR:-}" ] || extra="$extra rdmatest.pair=$BENCH_PAIR"
 	# script-blk-trace.sh: rxe's work items and the context switches too.
 	[ -z "${BENCH_TRACE_ALL:-}" ] || extra="$extra rdmatest.trace_all=1"
@@ -389,16 +387,15 @@ if [ "$TOPOLOGY" != peers ] && [ "$TOPOLOGY" != none ]; then
 	*rdmatest.only=traffic*) expect+=,rdma_ulp_traffic ;;
 	*rdmatest.only=stress*) expect+=,rdma_stress ;;
 	*rdmatest.only=samples*) expect+=,rdma_samples ;;
-	*rdmatest.only=blk*) expect+=,rdma_blk ;;
 	*rdmatest.only=nvmet*) expect+=,$nvmet_suites ;;
 	*rdmatest.only=nvme | *"rdmatest.only=nvme "*) expect+=,rdma_nvme_host ;;
-	*) expect+=,rdma_setup,$kunit,rdma_rust_ulp,rdma_ulp_traffic,rdma_ulp_cm,rdma_samples,rdma_blk,$nvmet_suites,rdma_nvme_host,rdma_loopback,rdma_stress,rdma_leaks ;;
+	*) expect+=,rdma_setup,$kunit,rdma_rust_ulp,rdma_ulp_traffic,rdma_ulp_cm,rdma_samples,$nvmet_suites,rdma_nvme_host,rdma_loopback,rdma_stress,rdma_leaks ;;
 	esac
 fi
 if [ "$TOPOLOGY" != loopback ] && [ "$TOPOLOGY" != none ]; then
 	guests+=(--guest "peer_a=$run_dir/peer-a.log=$(cat "$run_dir/peer-a.status")")
 	guests+=(--guest "peer_b=$run_dir/peer-b.log=$(cat "$run_dir/peer-b.status")")
-	expect+=,rdma_peer_a,rdma_peer_b,rdma_storage_mr,rdma_blk_peer_a,rdma_blk_peer_b,rdma_peer_a_kill
+	expect+=,rdma_peer_a,rdma_peer_b,rdma_storage_mr,rdma_peer_a_kill
 	expect+=,rdma_nvmet_peer_target,rdma_nvmet_peer_host,rdma_nvmet_peer_kill
 fi
 
@@ -429,11 +426,11 @@ stress_report() {
 		/rdmastress: link add profile: ms [0-9]/ { sub(".*profile: ms ", ""); more = more k ": rdma link add, three times (ms): " $0 "\n" }
 		/rdmastress: peer kill: run [0-9]+ ended/ { for (i = 1; i <= NF; i++) if ($i == "error") t = $(i + 1)
 			kn++; if (t > kt) kt = t }
-		/rdmastress: peer kill: rrbd0.s (reader|writer) failed/ { for (i = 1; i <= NF; i++) if ($i == "failed") t = $(i + 1)
+		/rdmastress: peer kill: the NVMe-oF host.s keep-alive noticed/ { for (i = 1; i <= NF; i++) if ($i == "target") t = $(i + 1)
 			dn++; if (t > dt) dt = t }
 		END { printf "%s", more
 			if (kn) printf "%s: peer killed: %d client runs ended with an error, at most %.1f s after the kill was asked\n", k, kn, kt / 1000
-			if (dn) printf "%s: peer killed: %d rdma_rust_blk disk readers and writers failed, at most %.1f s after the kill was asked\n", k, dn, dt / 1000 }' "$@" | tee "$run_dir/stress.txt"
+			if (dn) printf "%s: peer killed: %d NVMe-oF controllers (rdma_rust_nvme, idle) noticed by keep-alive, at most %.1f s after the kill was asked\n", k, dn, dt / 1000 }' "$@" | tee "$run_dir/stress.txt"
 }
 if [ "$mode" = stress ]; then
 	stress_report $(ls "$run_dir"/stress.log "$run_dir"/kill-survivor.log 2> /dev/null)

@@ -10,15 +10,15 @@
 #
 # For each of 4 KiB random write and read at queue depth 1 and random write at
 # depth 32 (or the cases of `BENCH_PROF=RW:QD:BS,...`, e.g. `read:8:128k`),
-# fio runs 8 s on nvme-rdma's disk, then on rdma_rust_blk's, under
+# fio runs 8 s on the C pair's disk, then on the Rust one's, under
 # `perf record -a` (cpu-clock samples of both CPUs, kernel symbols from
 # /proc/kallsyms); the console gets each run's IOPS, what rxe0's hardware
 # counters (packets, retries, NAKs) and the CPUs' context switches,
 # interrupts and softirqs moved by, per I/O, its hottest symbols, its samples
 # by command and by module, and the functions of the two block stacks'
 # modules (`PROFILE`, `COMM`, `DSO`, `MODULES` sections of the bench log).
-# With `BENCH_PAIR=nvmf` the second disk is rdma_rust_nvmet's (the nvme-rdma
-# host on both), as in bench_nvmf.
+# The second disk is the Rust pair's (rdma_rust_nvme on rdma_rust_nvmet), or,
+# with `BENCH_PAIR=nvmf` or `nvmh`, that of the bench cases of that prefix.
 # Sampling costs time of its own: the IOPS are for reading the profile, not
 # for the table; one 8 s run of a case moves by 10-25 % from run to run.
 
@@ -42,7 +42,7 @@ prof_report() {
 		--percent-limit "$limit" "$@" 2> /dev/null | grep -v '^#' | grep -v '^$'
 }
 # The modules of the two block stacks: their own code, function by function.
-PROF_MODULES='[rdma_rust_blk],[rdma_rust_nvmet],[rdma_rxe],[nvme_rdma],[nvme_fabrics],[nvme_core],[nvmet],[nvmet_rdma],[brd]'
+PROF_MODULES='[rdma_rust_nvme],[rdma_rust_nvmet],[rdma_rxe],[nvme_rdma],[nvme_fabrics],[nvme_core],[nvmet],[nvmet_rdma],[brd]'
 # prof_one RW QD BS SIDE DEV: one profiled run and its report.
 prof_one() {
 	local rw=$1 qd=$2 bs=$3 side=$4 d=$5 data=/tmp/perf.$4

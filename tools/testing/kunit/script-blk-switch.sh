@@ -9,7 +9,7 @@
 #     BENCH_CASES=script BENCH_TOPOLOGY=loopback FLAVOR=release make bench
 #
 # For 4 KiB random writes at depth 32 (or the cases of `BENCH_PROF=RW:QD:BS,...`),
-# fio runs 6 s on nvme-rdma's disk, then on rdma_rust_blk's, three rounds,
+# fio runs 6 s on the C pair's disk, then on the Rust one's (BENCH_PAIR), three rounds,
 # under `perf record -a` of the scheduler's switches and wake-ups (the
 # `sched_waking` event, in the waker's context: `sched_wakeup` may fire on the
 # woken task's CPU, in whatever ran there) and the softirqs run. The console

@@ -11,7 +11,7 @@
 # At queue depth 1 one I/O is in flight at a time, so every event between a
 # request's issue and its completion belongs to it. For 4 KiB random writes and
 # reads (or the cases of `BENCH_PROF=RW:1:BS,...`), fio runs 2 s on
-# nvme-rdma's disk, then on rdma_rust_blk's, three rounds, under
+# the C pair's disk, then on the Rust one's (BENCH_PAIR), three rounds, under
 # `perf record -a` of the block layer's issue and completion and the core's CQ
 # events (a CQ's handler scheduling its poll, the poll starting, each poll
 # that returned completions); with `BENCH_TRACE_ALL=1` also the workqueue

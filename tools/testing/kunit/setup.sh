@@ -11,8 +11,8 @@ PACKAGES=(
 	make xz-utils cpio kmod python3
 	# the VM and its userspace
 	qemu-system-x86 busybox-static iproute2
-	# rdma_rust_blk's file system checks (mke2fs, e2fsck); its peer, the
-	# NVMe-oF host (nvme-cli), and the bench's I/O tool (fio)
+	# the file system checks (mke2fs, e2fsck), the kernel's NVMe-oF host's
+	# tool (nvme-cli), and the I/O tool (fio)
 	e2fsprogs nvme-cli fio
 	rdmacm-utils perftest ibverbs-utils ibverbs-providers
 	# `make check`: the Documentation/ build
