@@ -10,9 +10,12 @@
 use crate::disk::{IoQueues, Ns, IO_TIMEOUT_MS};
 use crate::ident::{trim, NsIdent};
 use crate::options::Options;
-use crate::proto::{admin, reg, Command, IdCtrl, IdNs, Text, CNS_NS, CNS_NS_DESCS, IDENTIFY_LEN};
+use crate::proto::{
+    admin, reg, AsyncEvent, Command, IdCtrl, IdNs, Text, AEN_NS_ATTR, CNS_NS, CNS_NS_DESCS,
+    IDENTIFY_LEN, LOG_CHANGED_NS, LOG_CHANGED_NS_LEN,
+};
 use crate::queue::{Blk, Counts, Data, Health, Queue, State, IN_CAPSULE_MAX, MAX_IO};
-use core::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicI64, AtomicU16, AtomicU64, Ordering};
 use kernel::block::mq::{gen_disk::GenDisk, gen_disk::GenDiskBuilder, TagSet};
 use kernel::new_mutex;
 use kernel::page::PAGE_SIZE;
@@ -71,7 +74,13 @@ struct Core {
     /// The namespaces' disks; the supervisor quiesces them while it reconnects.
     #[pin]
     disks: Mutex<Disks>,
+    /// The disks' one tag set (one hardware queue per I/O queue): a disk added later shares
+    /// it, so that a queue's tags are never more than its entries.
+    tagset: Arc<TagSet<Blk>>,
+    /// When the last Keep Alive went (ms of `ktime_get`).
+    keep_alive_ms: AtomicI64,
     keep_alives: AtomicU64,
+    async_events: AtomicU64,
     reconnects: AtomicU64,
     #[pin]
     work: Work<Core>,
@@ -90,13 +99,19 @@ impl WorkItem for Core {
         let kato_ms = this.opts.kato * 1000;
         let period = if kato_ms > 0 { kato_ms / 2 } else { IDLE_MS };
         loop {
-            let woken = this.health.wait(period);
+            this.health.wait(period);
             if this.health.stopping() {
                 return;
             }
+            if let Some((status, result)) = this.health.take_event() {
+                this.async_event(status, result);
+            }
+            let since = Ktime::ktime_get().to_ms() - this.keep_alive_ms.load(Ordering::Relaxed);
             match this.health.state() {
                 State::Recovering => this.recover(),
-                State::Live if kato_ms > 0 && !woken => this.keep_alive(kato_ms),
+                State::Live if kato_ms > 0 && since >= i64::from(period) => {
+                    this.keep_alive(kato_ms)
+                }
                 _ => {}
             }
         }
@@ -111,6 +126,8 @@ impl Core {
     /// Sends a Keep Alive; one that fails or has no answer within the keep-alive timeout
     /// fails the admin queue, which starts the recovery.
     fn keep_alive(&self, kato_ms: u32) {
+        self.keep_alive_ms
+            .store(Ktime::ktime_get().to_ms(), Ordering::Relaxed);
         let admin = self.admin();
         let sent = admin.command(Command::new(admin::KEEP_ALIVE, 0), Data::None, kato_ms);
         match sent {
@@ -182,6 +199,7 @@ impl Core {
                     if self.health.change(State::Recovering, State::Live) {
                         pr_info!("rnvme{}: reconnected\n", self.instance);
                     }
+                    self.start_events();
                     // A queue that failed while the others were connecting could not start a
                     // recovery (one was under way): it does now.
                     let dead = self.admin().is_dead() || self.io.all().any(|q| q.is_dead());
@@ -250,12 +268,6 @@ impl Core {
     /// Identifies each namespace of `nsids` and adds a disk for the active ones; a namespace
     /// whose Identify fails is skipped, as nvme skips it.
     fn add_disks(&self, nsids: &[u32]) -> Result {
-        // One command fewer than the queue's entries, as nvme's tag sets (`sqsize`): a full
-        // submission queue holds one entry fewer than its size.
-        let tagset = Arc::pin_init(
-            TagSet::new(self.io.len() as u32, u32::from(self.queue_size) - 1, 1),
-            GFP_KERNEL,
-        )?;
         let mut buf = KVec::from_elem(0u8, IDENTIFY_LEN, GFP_KERNEL)?;
         let max_io = match self.id.max_transfer {
             0 => MAX_IO,
@@ -308,7 +320,7 @@ impl Core {
                 .timeout_ms(IO_TIMEOUT_MS)
                 .build_with_attributes(
                     format_args!("rnvme{}n{}", self.instance, nsid),
-                    tagset.clone(),
+                    self.tagset.clone(),
                     data,
                 )?;
             let mut disks = self.disks.lock();
@@ -326,6 +338,129 @@ impl Core {
             disks.list.push(d, GFP_KERNEL)?;
         }
         Ok(())
+    }
+}
+
+impl Core {
+    /// Asks the controller for the events the host handles (namespace attribute notices,
+    /// where it has them) and sends an Asynchronous Event Request. After each connect;
+    /// a failure is logged, the controller goes on without events.
+    fn start_events(&self) {
+        let admin = self.admin();
+        let aen = self.id.oaes & AEN_NS_ATTR;
+        if aen != 0 {
+            let set = Command::set_async_events(aen);
+            if must(
+                &admin,
+                set,
+                Data::None,
+                "Set Features Asynchronous Event Configuration",
+            )
+            .is_err()
+            {
+                return;
+            }
+        }
+        if let Err(e) = admin.post_event() {
+            pr_err!(
+                "rnvme{}: no Asynchronous Event Request: {e:?}\n",
+                self.instance
+            );
+        }
+    }
+
+    /// An Asynchronous Event Request completed: reads the log page the event names (which
+    /// clears it), rescans the namespaces it says changed, and sends the next request. One
+    /// that failed (its queue ended) is not sent again: the next connect sends one.
+    fn async_event(&self, status: u16, result: u32) {
+        if status & 0x7ff != 0 {
+            return;
+        }
+        self.async_events.fetch_add(1, Ordering::Relaxed);
+        let ev = AsyncEvent::decode(result);
+        pr_info!(
+            "rnvme{}: asynchronous event: type {} information {:#x} log page {:#x}\n",
+            self.instance,
+            ev.kind,
+            ev.info,
+            ev.log_page
+        );
+        let admin = self.admin();
+        if ev.log_page != 0 {
+            let Ok(mut log) = KVec::from_elem(0u8, LOG_CHANGED_NS_LEN, GFP_KERNEL) else {
+                return;
+            };
+            let read = must(
+                &admin,
+                Command::get_log_page(ev.log_page, LOG_CHANGED_NS_LEN),
+                Data::FromTarget(&mut log),
+                "Get Log Page",
+            );
+            if read.is_err() {
+                return;
+            }
+            if (ev.kind, ev.info) == AsyncEvent::NS_CHANGED && ev.log_page == LOG_CHANGED_NS {
+                self.rescan(&log);
+            }
+        }
+        if let Err(e) = admin.post_event() {
+            pr_err!(
+                "rnvme{}: no Asynchronous Event Request: {e:?}\n",
+                self.instance
+            );
+        }
+    }
+
+    /// The namespaces of a Changed Namespace List (`log`: NSIDs, to the first 0; 0xffffffff
+    /// first: more than it holds, every namespace up to NN): a disk for each that is active
+    /// now and has none, none for each that is not.
+    fn rescan(&self, log: &[u8]) {
+        let mut nsids = KVec::new();
+        let all = log.get(..4) == Some(&[0xff; 4]);
+        let listed = log
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .take_while(|&n| n != 0);
+        let pushed = if all {
+            (1..=self.id.nn.min(1024)).try_for_each(|n| nsids.push(n, GFP_KERNEL))
+        } else {
+            listed
+                .into_iter()
+                .try_for_each(|n| nsids.push(n, GFP_KERNEL))
+        };
+        if pushed.is_err() {
+            return;
+        }
+        let admin = self.admin();
+        let Ok(mut buf) = KVec::from_elem(0u8, IDENTIFY_LEN, GFP_KERNEL) else {
+            return;
+        };
+        for &nsid in nsids.iter() {
+            let active = match identify_ns(&admin, CNS_NS, nsid, &mut buf, "Identify Namespace") {
+                Ok(true) => matches!(IdNs::decode(&buf), Ok(Some(_))),
+                Ok(false) => false,
+                Err(_) => return,
+            };
+            let has = self.disks.lock().list.iter().any(|d| d.nsid == nsid);
+            if active && !has {
+                if let Err(e) = self.add_disks(&[nsid]) {
+                    pr_err!("rnvme{}: namespace {nsid}: no disk: {e:?}\n", self.instance);
+                }
+            } else if !active && has {
+                let gone = {
+                    let mut disks = self.disks.lock();
+                    let at = disks.list.iter().position(|d| d.nsid == nsid);
+                    at.and_then(|i| disks.list.remove(i))
+                };
+                // Removed outside the lock: its removal waits for its requests.
+                drop(gone);
+                pr_info!(
+                    "rnvme{}: namespace {nsid} is gone: rnvme{}n{nsid} removed\n",
+                    self.instance,
+                    self.instance
+                );
+            }
+        }
     }
 }
 
@@ -359,6 +494,12 @@ impl Ctrl {
         let queues = bring_up::io_queues(&opts, &a, nr_io, queue_size, &health)?;
         let io = ScopeGuard::new_with_data(IoQueues::new(queues, health.clone())?, |io| io.close());
         let nsids = bring_up::scan(&a.queue, &a.id)?;
+        // One command fewer than the queue's entries, as nvme's tag sets (`sqsize`): a full
+        // submission queue holds one entry fewer than its size.
+        let tagset = Arc::pin_init(
+            TagSet::new(io.len() as u32, u32::from(queue_size) - 1, 1),
+            GFP_KERNEL,
+        )?;
         let mut dev_name = KVec::new();
         dev_name.extend_from_slice(a.queue.device_name().as_bytes(), GFP_KERNEL)?;
         let (io2, admin2) = ((*io).clone(), (*admin).clone());
@@ -380,7 +521,10 @@ impl Ctrl {
                     },
                     "rdma_rust_nvme_disks"
                 ),
+                tagset,
+                keep_alive_ms: AtomicI64::new(Ktime::ktime_get().to_ms()),
                 keep_alives: AtomicU64::new(0),
+                async_events: AtomicU64::new(0),
                 reconnects: AtomicU64::new(0),
                 work <- new_work!("rdma_rust_nvme_supervisor"),
             }),
@@ -396,6 +540,7 @@ impl Ctrl {
         let ctrl = Self { core };
         // From here dropping `ctrl` undoes everything.
         ctrl.core.add_disks(&nsids)?;
+        ctrl.core.start_events();
         Ok(ctrl)
     }
 
@@ -454,7 +599,7 @@ impl Ctrl {
             c.io.all().map(|q| q.unended()).sum::<u64>() + c.io.unended.load(Ordering::Relaxed);
         writeln!(
             f,
-            " completed {} errors {} in_capsule {} keyed {} local_inv {} flushes {} fua {} timeouts {} keep_alives {} reconnects {} unended {}",
+            " completed {} errors {} in_capsule {} keyed {} local_inv {} flushes {} fua {} timeouts {} keep_alives {} async_events {} reconnects {} unended {}",
             counts.completed,
             counts.errors,
             counts.in_capsule,
@@ -464,6 +609,7 @@ impl Ctrl {
             counts.fua,
             c.io.timeouts.load(Ordering::Relaxed),
             c.keep_alives.load(Ordering::Relaxed),
+            c.async_events.load(Ordering::Relaxed),
             c.reconnects.load(Ordering::Relaxed),
             unended
         )

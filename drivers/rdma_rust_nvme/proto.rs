@@ -27,6 +27,13 @@ pub(crate) const CNS_ACTIVE_NS: u32 = 2;
 pub(crate) const CNS_NS_DESCS: u32 = 3;
 /// Set Features' feature: Number of Queues.
 pub(crate) const FID_NUM_QUEUES: u32 = 0x07;
+/// Set Features' feature: Asynchronous Event Configuration.
+pub(crate) const FID_ASYNC_EVENT: u32 = 0x0b;
+/// Namespace Attribute Notices: bit 8 of OAES (Identify) and of the configuration.
+pub(crate) const AEN_NS_ATTR: u32 = 1 << 8;
+/// The Changed Namespace List log page, and its size.
+pub(crate) const LOG_CHANGED_NS: u8 = 0x04;
+pub(crate) const LOG_CHANGED_NS_LEN: usize = 4096;
 
 /// The command id of `tag`'s use number `gen`.
 pub(crate) fn cid(tag: u16, gen: u16) -> u16 {
@@ -145,6 +152,22 @@ impl Command {
             .cdw(11, v | (v << 16))
     }
 
+    /// Set Features Asynchronous Event Configuration: the notices of `aen` (OAES bits).
+    pub(crate) fn set_async_events(aen: u32) -> Self {
+        Self::new(admin::SET_FEATURES, 0)
+            .cdw(10, FID_ASYNC_EVENT)
+            .cdw(11, aen)
+    }
+
+    /// Get Log Page `lid`, `len` bytes (a multiple of 4) from its start, for every
+    /// namespace; reading it clears the event that named it.
+    pub(crate) fn get_log_page(lid: u8, len: usize) -> Self {
+        let numd = (len / 4).saturating_sub(1) as u32;
+        Self::new(admin::GET_LOG_PAGE, u32::MAX)
+            .cdw(10, u32::from(lid) | ((numd & 0xffff) << 16))
+            .cdw(11, numd >> 16)
+    }
+
     /// A read or write of `blocks` logical blocks from `lba` on `nsid`; with `fua` (Force
     /// Unit Access) the data is durable when the command ends.
     pub(crate) fn rw(opcode: u8, nsid: u32, lba: u64, blocks: u32, fua: bool) -> Self {
@@ -215,6 +238,28 @@ pub(crate) fn cm_request(qid: u16, hrqsize: u16, hsqsize: u16) -> [u8; 32] {
     b
 }
 
+/// An Asynchronous Event Request's completion (its dword 0): the event's type, its
+/// information and the log page that says more.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct AsyncEvent {
+    pub(crate) kind: u8,
+    pub(crate) info: u8,
+    pub(crate) log_page: u8,
+}
+
+impl AsyncEvent {
+    /// Type Notice (2), information Namespace Attribute Changed (0).
+    pub(crate) const NS_CHANGED: (u8, u8) = (2, 0);
+
+    pub(crate) fn decode(result: u32) -> Self {
+        Self {
+            kind: (result & 0x7) as u8,
+            info: (result >> 8) as u8,
+            log_page: (result >> 16) as u8,
+        }
+    }
+}
+
 /// The status in a target's reject (nvme_rdma_cm_rej), if it has one.
 pub(crate) fn cm_reject_status(b: &[u8]) -> Option<u16> {
     (b.len() >= 4 && le16(b, 0) == 0).then(|| le16(b, 2))
@@ -239,6 +284,8 @@ pub(crate) struct IdCtrl {
     pub(crate) nn: u32,
     /// In-capsule data an I/O command may carry, in bytes.
     pub(crate) in_capsule: u32,
+    /// Optional Asynchronous Events Supported (OAES).
+    pub(crate) oaes: u32,
     /// A volatile write cache (VWC bit 0): writes need Flush or FUA to be durable.
     pub(crate) write_cache: bool,
 }
@@ -278,6 +325,7 @@ impl IdCtrl {
             kas: le16(b, 320),
             maxcmd: le16(b, 514),
             nn: le32(b, 516),
+            oaes: le32(b, 92),
             in_capsule: if sgls & (1 << 20) != 0 && ioccsz >= 4 {
                 (ioccsz.min(1 << 16) * 16).saturating_sub(SQE_LEN as u32)
             } else {

@@ -26,8 +26,9 @@
 //! ([`proto::cid`]): a completion whose id is not the tag's command in flight fails the queue
 //! and ends nothing.
 //!
-//! This file has the queue, its tags and what submits; `complete.rs` the completion
-//! handlers, `fail.rs` failing and closing the queue.
+//! This file has the queue, its tags and what submits block requests; `own.rs` the host's
+//! own commands (one synchronous command at a time, the Asynchronous Event Request),
+//! `complete.rs` the completion handlers, `fail.rs` failing and closing the queue.
 //!
 //! [`proto::cid`]: crate::proto::cid
 
@@ -47,7 +48,7 @@ use kernel::rdma::{
     mr::{Access, LentMr, Mr, Region},
     pd::Pd,
     qp::{Qp, Rts},
-    sync::{msleep, Completion as Signal, SpinLockBh},
+    sync::{Completion as Signal, SpinLockBh},
     wr::Wr,
 };
 use kernel::sync::{Arc, Mutex};
@@ -56,6 +57,7 @@ use kernel::types::ARef;
 mod cm;
 mod complete;
 mod fail;
+mod own;
 
 pub(crate) use fail::{Health, State};
 
@@ -70,6 +72,8 @@ pub(crate) const MAX_IO: u32 = 128 * 1024;
 pub(crate) const IN_CAPSULE_MAX: u32 = 4096;
 /// Bytes of a tag's bounce page: the admin commands' data.
 pub(crate) const BOUNCE: usize = 4096;
+/// The admin queue's tag for the Asynchronous Event Request ([`Queue::command`] uses 0).
+const EVENT_TAG: usize = 1;
 
 /// One queue: an RC connection to the target.
 #[pin_data]
@@ -138,6 +142,9 @@ enum User {
     Block(ARef<Request<Blk>>),
     /// [`Queue::command`]'s caller.
     Sync,
+    /// An Asynchronous Event Request ([`Queue::post_event`]): its completion goes to the
+    /// controller's supervisor ([`Health::event`]).
+    Event,
 }
 
 /// A tag's state.
@@ -168,6 +175,8 @@ enum Settled {
     End(ARef<Request<Blk>>, Result),
     /// The synchronous command's caller may go on.
     SyncDone,
+    /// An Asynchronous Event Request completed with this status and result.
+    Event(u16, u32),
     /// The completion did not invalidate the region: invalidate it locally with this request.
     Invalidate(Wr<Io>),
     /// The completion invalidated another rkey than the command's: the queue fails.
@@ -254,6 +263,7 @@ impl Slot {
                 self.sync_result = Some(Ok(cqe));
                 Settled::SyncDone
             }
+            Some(User::Event) => Settled::Event(cqe.status, cqe.result as u32),
             None => Settled::Waiting,
         }
     }
@@ -463,116 +473,6 @@ impl Queue {
         let wr = s.io.take()?;
         s.gen = s.gen.wrapping_add(1);
         Some((wr, s.gen))
-    }
-
-    /// Sends `cmd` with `data` on tag 0 and waits up to `ms` for its completion; one at a
-    /// time. `ECONNRESET` once the queue failed, `ETIMEDOUT` when no completion came (the
-    /// queue then fails: its tag may still be in use). Process context.
-    pub(crate) fn command(&self, mut cmd: Command, mut data: Data<'_>, ms: u32) -> Result<Cqe> {
-        let _one = self.sync.lock();
-        let slot = self.slots.first().ok_or(EINVAL)?;
-        // The last command's request may come back after its completion: up to a second.
-        let mut waited = 0;
-        let (mut wr, gen) = loop {
-            match self.take_io(slot) {
-                Some(t) => break t,
-                None if self.is_dead() => return Err(ECONNRESET),
-                None if waited < 1000 => {
-                    msleep(10);
-                    waited += 10;
-                }
-                None => return Err(EBUSY),
-            }
-        };
-        let cid = proto::cid(0, gen);
-        cmd.set_cid(cid);
-        let io = wr.data_mut();
-        io.direct = false;
-        io.read_len = 0;
-        let (len, access) = match &data {
-            Data::None => (0, Access::REMOTE_READ),
-            Data::ToTarget(b) => (b.len(), Access::REMOTE_READ),
-            Data::FromTarget(b) => (b.len(), Access::REMOTE_WRITE),
-        };
-        io.keyed = len > 0;
-        let mut prepared = if len > BOUNCE { Err(EINVAL) } else { Ok(()) };
-        if let (Ok(()), Data::ToTarget(src)) = (&prepared, &data) {
-            prepared = io.bounce.write(0, src);
-        }
-        let dptr = match io.named_mut() {
-            None => Ok(Dptr::None),
-            Some(r) => r.bump_key().map(|()| Dptr::Keyed {
-                addr: r.iova(),
-                len: len as u32,
-                key: r.rkey(),
-            }),
-        };
-        let prepared = prepared.and(dptr);
-        let dptr = match prepared {
-            Ok(d) => d,
-            Err(e) => {
-                drop(slot.lock().put_back(wr));
-                return Err(e);
-            }
-        };
-        cmd.set_dptr(dptr);
-        if let Some(b) = io.cmd.as_mut_slice().get_mut(..SQE_LEN) {
-            b.copy_from_slice(&cmd.0);
-        }
-        self.sync_done.reinit();
-        {
-            let mut s = slot.lock();
-            if self.is_dead() {
-                drop(s.put_back(wr));
-                return Err(ECONNRESET);
-            }
-            s.user = Some(User::Sync);
-            s.cid = cid;
-            s.answer = None;
-            s.sync_result = None;
-            if dptr != Dptr::None {
-                s.counts.keyed += 1;
-            }
-        }
-        let posted = self.qp.post_send(wr, |io, ops| {
-            if let Some(r) = io.named() {
-                ops.reg_mr(r, access)?;
-            }
-            ops.send(&io.cmd, 0..SQE_LEN)?;
-            Ok(())
-        });
-        if let Err(e) = posted {
-            let mut s = slot.lock();
-            s.user = None;
-            drop(s.put_back(e.wr));
-            return Err(EIO);
-        }
-        let timed_out = self.sync_done.wait_timeout(ms).is_err();
-        let result = slot.lock().sync_result.take();
-        let cqe = match result {
-            Some(r) => r?,
-            None if self.is_dead() => return Err(ECONNRESET),
-            None => {
-                if timed_out {
-                    self.fail(
-                        format_args!("command {:#04x} had no completion in {ms} ms", cmd.opcode()),
-                        true,
-                    );
-                }
-                return Err(ETIMEDOUT);
-            }
-        };
-        if let (true, Data::FromTarget(dst)) = (cqe.is_ok(), &mut data) {
-            // The command has ended: its request is back, its region invalidated.
-            let taken = slot.lock().io.take();
-            let Some(mut wr) = taken else {
-                return Err(EIO);
-            };
-            let read = wr.data_mut().bounce.read(0, dst);
-            drop(slot.lock().put_back(wr));
-            read?;
-        }
-        Ok(cqe)
     }
 
     /// Sends block request `rq` of namespace `nsid` (blocks of `1 << lba_shift` bytes) on its

@@ -19,6 +19,7 @@ impl Queue {
             Settled::Waiting => {}
             Settled::End(rq, result) => self.end(rq, result),
             Settled::SyncDone => self.sync_done.complete(),
+            Settled::Event(status, result) => self.health.event(status, result),
             Settled::Invalidate(wr) => {
                 let posted = self.qp.post_send(wr, |io, ops| {
                     if let Some(r) = io.named() {

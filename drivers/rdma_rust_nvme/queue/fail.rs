@@ -6,7 +6,7 @@
 //! ([`Health`]).
 
 use super::{Blk, Queue, User};
-use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use kernel::block::mq::Request;
 use kernel::prelude::*;
 use kernel::rdma::sync::Completion as Signal;
@@ -34,6 +34,9 @@ pub(crate) struct Health {
     /// Set while the controller is being deleted: a queue that fails from then on fails its
     /// requests instead of starting a recovery.
     no_recovery: AtomicBool,
+    /// An Asynchronous Event Request's completion for the supervisor: bit 63 set, its status
+    /// in bits 32-47 and its result (dword 0) below.
+    event: AtomicU64,
     #[pin]
     wake: Signal,
 }
@@ -43,6 +46,7 @@ impl Health {
         pin_init!(Health {
             state: AtomicU8::new(State::Live as u8),
             no_recovery: AtomicBool::new(false),
+            event: AtomicU64::new(0),
             wake <- Signal::new(),
         })
     }
@@ -94,6 +98,20 @@ impl Health {
             }
             self.wake.complete();
         }
+    }
+
+    /// An Asynchronous Event Request completed with `status` and `result`: kept for the
+    /// supervisor, which it wakes. A CQ handler.
+    pub(crate) fn event(&self, status: u16, result: u32) {
+        let v = (1u64 << 63) | (u64::from(status) << 32) | u64::from(result);
+        self.event.store(v, Ordering::Release);
+        self.wake.complete();
+    }
+
+    /// The last Asynchronous Event Request's completion, status and result, once.
+    pub(crate) fn take_event(&self) -> Option<(u16, u32)> {
+        let v = self.event.swap(0, Ordering::AcqRel);
+        (v >> 63 != 0).then_some(((v >> 32) as u16, v as u32))
     }
 
     /// Whether block requests in flight go back to the block layer to be sent again.
@@ -174,6 +192,8 @@ impl Queue {
                     s.sync_result = Some(Err(ECONNRESET));
                     None
                 }
+                // The next connection sends another.
+                Some(User::Event) => None,
                 other => other,
             }
         };

@@ -256,6 +256,30 @@ hst_identity() {
 	return 0
 }
 
+# hst_aer_ns N ROOT NQN ON: namespace 2 of subsystem NQN disabled (ON 0) or
+# enabled again (ON 1) in the target's configfs, with controller N connected:
+# the target sends a Namespace Attribute Changed notice, and within 10 s the
+# host logged the event, counted it (async_events), and rnvmeNn2 is gone (or
+# back, and reads).
+hst_aer_ns() {
+	local e0
+	e0=$(hst_field "$1" async_events)
+	[ -n "$e0" ] || { cat $HST_STATUS; echo "no controller $1"; return 1; }
+	mark
+	echo "$4" > "$2/subsystems/$3/namespaces/2/enable" || { echo "writing $4 to namespace 2's enable failed"; return 1; }
+	wait_for 10 hst_disk_is "$1" 2 "$4" ||
+		{ since_mark | grep rdma_rust_nvme; cat $HST_STATUS; echo "rnvme${1}n2 not $( [ "$4" = 0 ] && echo gone || echo back) within 10 s"; return 1; }
+	[ "$(hst_field "$1" async_events)" -gt "$e0" ] 2> /dev/null || { cat $HST_STATUS; echo "no asynchronous event counted"; return 1; }
+	since_mark | grep "rdma_rust_nvme: rnvme$1: asynchronous event: type 2 information 0x0 log page 0x4" ||
+		{ since_mark | grep rdma_rust_nvme; echo "the host did not log the namespace notice"; return 1; }
+	[ "$4" = 0 ] || dd if=/dev/rnvme${1}n2 of=/dev/null bs=4k count=1 iflag=direct 2> /dev/null ||
+		{ echo "rnvme${1}n2 does not read"; return 1; }
+}
+# hst_disk_is N NSID ON: rnvmeNnNSID is there (ON 1) or not (ON 0).
+hst_disk_is() {
+	if [ "$3" = 0 ]; then [ ! -e /sys/block/rnvme${1}n$2 ]; else [ -b /dev/rnvme${1}n$2 ]; fi
+}
+
 # hst_loss ROOT NQN N TMO: controller N (reconnect_delay 1, ctrl_loss_tmo TMO)
 # under a writer; the port taken away for good: the writer sees an I/O error
 # within TMO + 10 s, the controller is dead and fails new I/O at once. The
@@ -572,6 +596,12 @@ hst_target_rows() {
 	nvmt_check "${t}_fio_write_128k_verify" nvmt_fio_dev "/dev/rnvme${n}n1" write 128k 8 2m
 	nvmt_check "${t}_ext4_fsck_clean" nvmt_ext4_dev "/dev/rnvme${n}n1" 1
 	nvmt_check "${t}_fsync_flush_dsync_fua" hst_flush_fua "$n" "rnvme${n}n2"
+	# The Asynchronous Event Request: nvmet-rdma sends a notice when a namespace
+	# goes or comes (rdma_rust_nvmet sends none yet).
+	if [ "$t" = c ]; then
+		nvmt_check "${t}_aer_namespace_disabled_disk_removed" hst_aer_ns "$n" "$root" "$nqn" 0
+		nvmt_check "${t}_aer_namespace_enabled_disk_added" hst_aer_ns "$n" "$root" "$nqn" 1
+	fi
 	nvmt_gate=${host_gate:-${tgt_gate:-$ctrl_gate}}
 	nvmt_check "${t}_status_no_errors" hst_status_clean "$n" "$hst_cntlid"
 	nvmt_gate=${host_gate:-$ctrl_gate}
