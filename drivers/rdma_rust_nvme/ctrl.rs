@@ -10,10 +10,7 @@
 use crate::disk::{IoQueues, Ns, IO_TIMEOUT_MS};
 use crate::ident::{trim, NsIdent};
 use crate::options::Options;
-use crate::proto::{
-    admin, reg, AsyncEvent, Command, IdCtrl, IdNs, Text, AEN_NS_ATTR, CNS_NS, CNS_NS_DESCS,
-    IDENTIFY_LEN, LOG_CHANGED_NS, LOG_CHANGED_NS_LEN,
-};
+use crate::proto::{admin, reg, Command, IdCtrl, IdNs, Text, CNS_NS, CNS_NS_DESCS, IDENTIFY_LEN};
 use crate::queue::{Blk, Counts, Data, Health, Queue, State, IN_CAPSULE_MAX, MAX_IO};
 use core::sync::atomic::{AtomicI64, AtomicU16, AtomicU64, Ordering};
 use kernel::block::mq::{gen_disk::GenDisk, gen_disk::GenDiskBuilder, TagSet};
@@ -30,6 +27,7 @@ use kernel::types::ScopeGuard;
 use kernel::workqueue::{self, impl_has_work, new_work, Work, WorkItem};
 
 mod bring_up;
+mod events;
 
 use bring_up::{get_reg, must, CC_EN, CC_QES, CC_SHN_NORMAL, CSTS_SHST_CMPLT, CSTS_SHST_MASK};
 
@@ -48,6 +46,14 @@ struct Disks {
     /// A disk added while this holds starts quiesced too, so that the recovery's end
     /// restarts every disk it stopped and no other.
     quiesced: bool,
+}
+
+/// What a controller counts, for the status file.
+#[derive(Default)]
+struct CtrlCounts {
+    keep_alives: AtomicU64,
+    async_events: AtomicU64,
+    reconnects: AtomicU64,
 }
 
 /// A connected controller, owned by the module's list.
@@ -79,15 +85,21 @@ struct Core {
     tagset: Arc<TagSet<Blk>>,
     /// When the last Keep Alive went (ms of `ktime_get`).
     keep_alive_ms: AtomicI64,
-    keep_alives: AtomicU64,
-    async_events: AtomicU64,
-    reconnects: AtomicU64,
+    counts: CtrlCounts,
     #[pin]
     work: Work<Core>,
+    /// The namespace scans the events ask for (`events.rs`), in a work item of their own:
+    /// adding and removing disks waits for I/O, which may wait for the supervisor's
+    /// recovery.
+    #[pin]
+    scan: Work<Core, 1>,
+    #[pin]
+    scans: events::Scans,
 }
 
 impl_has_work! {
     impl HasWork<Self> for Core { self.work }
+    impl HasWork<Self, 1> for Core { self.scan }
 }
 
 impl WorkItem for Core {
@@ -98,8 +110,14 @@ impl WorkItem for Core {
     fn run(this: Arc<Core>) {
         let kato_ms = this.opts.kato * 1000;
         let period = if kato_ms > 0 { kato_ms / 2 } else { IDLE_MS };
+        // Only the supervisor sends Asynchronous Event Requests: this one, then one after
+        // each event and each reconnect.
+        this.start_events();
         loop {
-            this.health.wait(period);
+            // Keep-alives go by their own clock: an event's wake-up does not delay one.
+            let since = Ktime::ktime_get().to_ms() - this.keep_alive_ms.load(Ordering::Relaxed);
+            let left = (i64::from(period) - since).clamp(0, i64::from(period));
+            this.health.wait(left as u32);
             if this.health.stopping() {
                 return;
             }
@@ -114,6 +132,7 @@ impl WorkItem for Core {
                 }
                 _ => {}
             }
+            Core::queue_scan(&this);
         }
     }
 }
@@ -132,7 +151,7 @@ impl Core {
         let sent = admin.command(Command::new(admin::KEEP_ALIVE, 0), Data::None, kato_ms);
         match sent {
             Ok(c) if c.is_ok() => {
-                self.keep_alives.fetch_add(1, Ordering::Relaxed);
+                self.counts.keep_alives.fetch_add(1, Ordering::Relaxed);
             }
             Ok(c) => admin.fail(
                 format_args!("a Keep Alive failed with status {:#x}", c.status),
@@ -195,11 +214,15 @@ impl Core {
             }
             match self.reconnect() {
                 Ok(()) => {
-                    self.reconnects.fetch_add(1, Ordering::Relaxed);
+                    self.counts.reconnects.fetch_add(1, Ordering::Relaxed);
                     if self.health.change(State::Recovering, State::Live) {
                         pr_info!("rnvme{}: reconnected\n", self.instance);
                     }
+                    // An event of the old connection is stale; what changed meanwhile is
+                    // found by a full scan, as nvme scans after each reconnect.
+                    let _ = self.health.take_event();
                     self.start_events();
+                    self.want_scan(None);
                     // A queue that failed while the others were connecting could not start a
                     // recovery (one was under way): it does now.
                     let dead = self.admin().is_dead() || self.io.all().any(|q| q.is_dead());
@@ -293,13 +316,7 @@ impl Core {
             let what = "Identify Namespace Identification Descriptors";
             let descs =
                 identify_ns(&admin, CNS_NS_DESCS, nsid, &mut buf, what)?.then_some(buf.as_slice());
-            let ident = match NsIdent::new(nsid, &self.id, &ns, descs, &self.opts.subnqn) {
-                Ok(i) => i,
-                Err(why) => {
-                    pr_err!("namespace {nsid}: {why}: not served\n");
-                    continue;
-                }
-            };
+            let ident = NsIdent::new(nsid, &self.id, &ns, descs, &self.opts.subnqn);
             let data = Arc::new(
                 Ns {
                     io: self.io.clone(),
@@ -338,129 +355,6 @@ impl Core {
             disks.list.push(d, GFP_KERNEL)?;
         }
         Ok(())
-    }
-}
-
-impl Core {
-    /// Asks the controller for the events the host handles (namespace attribute notices,
-    /// where it has them) and sends an Asynchronous Event Request. After each connect;
-    /// a failure is logged, the controller goes on without events.
-    fn start_events(&self) {
-        let admin = self.admin();
-        let aen = self.id.oaes & AEN_NS_ATTR;
-        if aen != 0 {
-            let set = Command::set_async_events(aen);
-            if must(
-                &admin,
-                set,
-                Data::None,
-                "Set Features Asynchronous Event Configuration",
-            )
-            .is_err()
-            {
-                return;
-            }
-        }
-        if let Err(e) = admin.post_event() {
-            pr_err!(
-                "rnvme{}: no Asynchronous Event Request: {e:?}\n",
-                self.instance
-            );
-        }
-    }
-
-    /// An Asynchronous Event Request completed: reads the log page the event names (which
-    /// clears it), rescans the namespaces it says changed, and sends the next request. One
-    /// that failed (its queue ended) is not sent again: the next connect sends one.
-    fn async_event(&self, status: u16, result: u32) {
-        if status & 0x7ff != 0 {
-            return;
-        }
-        self.async_events.fetch_add(1, Ordering::Relaxed);
-        let ev = AsyncEvent::decode(result);
-        pr_info!(
-            "rnvme{}: asynchronous event: type {} information {:#x} log page {:#x}\n",
-            self.instance,
-            ev.kind,
-            ev.info,
-            ev.log_page
-        );
-        let admin = self.admin();
-        if ev.log_page != 0 {
-            let Ok(mut log) = KVec::from_elem(0u8, LOG_CHANGED_NS_LEN, GFP_KERNEL) else {
-                return;
-            };
-            let read = must(
-                &admin,
-                Command::get_log_page(ev.log_page, LOG_CHANGED_NS_LEN),
-                Data::FromTarget(&mut log),
-                "Get Log Page",
-            );
-            if read.is_err() {
-                return;
-            }
-            if (ev.kind, ev.info) == AsyncEvent::NS_CHANGED && ev.log_page == LOG_CHANGED_NS {
-                self.rescan(&log);
-            }
-        }
-        if let Err(e) = admin.post_event() {
-            pr_err!(
-                "rnvme{}: no Asynchronous Event Request: {e:?}\n",
-                self.instance
-            );
-        }
-    }
-
-    /// The namespaces of a Changed Namespace List (`log`: NSIDs, to the first 0; 0xffffffff
-    /// first: more than it holds, every namespace up to NN): a disk for each that is active
-    /// now and has none, none for each that is not.
-    fn rescan(&self, log: &[u8]) {
-        let mut nsids = KVec::new();
-        let all = log.get(..4) == Some(&[0xff; 4]);
-        let listed = log
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .take_while(|&n| n != 0);
-        let pushed = if all {
-            (1..=self.id.nn.min(1024)).try_for_each(|n| nsids.push(n, GFP_KERNEL))
-        } else {
-            listed
-                .into_iter()
-                .try_for_each(|n| nsids.push(n, GFP_KERNEL))
-        };
-        if pushed.is_err() {
-            return;
-        }
-        let admin = self.admin();
-        let Ok(mut buf) = KVec::from_elem(0u8, IDENTIFY_LEN, GFP_KERNEL) else {
-            return;
-        };
-        for &nsid in nsids.iter() {
-            let active = match identify_ns(&admin, CNS_NS, nsid, &mut buf, "Identify Namespace") {
-                Ok(true) => matches!(IdNs::decode(&buf), Ok(Some(_))),
-                Ok(false) => false,
-                Err(_) => return,
-            };
-            let has = self.disks.lock().list.iter().any(|d| d.nsid == nsid);
-            if active && !has {
-                if let Err(e) = self.add_disks(&[nsid]) {
-                    pr_err!("rnvme{}: namespace {nsid}: no disk: {e:?}\n", self.instance);
-                }
-            } else if !active && has {
-                let gone = {
-                    let mut disks = self.disks.lock();
-                    let at = disks.list.iter().position(|d| d.nsid == nsid);
-                    at.and_then(|i| disks.list.remove(i))
-                };
-                // Removed outside the lock: its removal waits for its requests.
-                drop(gone);
-                pr_info!(
-                    "rnvme{}: namespace {nsid} is gone: rnvme{}n{nsid} removed\n",
-                    self.instance,
-                    self.instance
-                );
-            }
-        }
     }
 }
 
@@ -523,24 +417,26 @@ impl Ctrl {
                 ),
                 tagset,
                 keep_alive_ms: AtomicI64::new(Ktime::ktime_get().to_ms()),
-                keep_alives: AtomicU64::new(0),
-                async_events: AtomicU64::new(0),
-                reconnects: AtomicU64::new(0),
+                counts: CtrlCounts::default(),
                 work <- new_work!("rdma_rust_nvme_supervisor"),
+                scan <- new_work!("rdma_rust_nvme_scan"),
+                scans <- events::Scans::new(),
             }),
             GFP_KERNEL,
         )?;
         // The supervisor runs before the disks are added: a queue failing under the
         // partition scan's reads is recovered (or the controller given up) like any other.
         workqueue::system_long()
-            .enqueue(core.clone())
+            .enqueue::<Arc<Core>, 0>(core.clone())
             .map_err(|_| EBUSY)?;
         io.dismiss();
         admin.dismiss();
         let ctrl = Self { core };
         // From here dropping `ctrl` undoes everything.
-        ctrl.core.add_disks(&nsids)?;
-        ctrl.core.start_events();
+        {
+            let _scanning = ctrl.core.scans.running.lock();
+            ctrl.core.add_disks(&nsids)?;
+        }
         Ok(ctrl)
     }
 
@@ -608,9 +504,9 @@ impl Ctrl {
             counts.flushes,
             counts.fua,
             c.io.timeouts.load(Ordering::Relaxed),
-            c.keep_alives.load(Ordering::Relaxed),
-            c.async_events.load(Ordering::Relaxed),
-            c.reconnects.load(Ordering::Relaxed),
+            c.counts.keep_alives.load(Ordering::Relaxed),
+            c.counts.async_events.load(Ordering::Relaxed),
+            c.counts.reconnects.load(Ordering::Relaxed),
             unended
         )
     }
@@ -623,8 +519,10 @@ impl Drop for Ctrl {
     fn drop(&mut self) {
         let c = &self.core;
         c.health.stop_recovery();
-        // Returns once no reconnect or keep-alive is under way.
+        // Returns once no reconnect or keep-alive is under way; the supervisor queues no
+        // scan after it, and a scan under way ends (a deleting controller fails its I/O).
         flush_work(&c.work);
+        flush_work(&c.scan);
         let admin = c.admin();
         if c.health.state() != State::Live {
             c.io.fail(format_args!("deleting"));

@@ -61,15 +61,15 @@ pub(crate) struct NsIdent {
 impl NsIdent {
     /// The identity of namespace `nsid` of the controller `ctrl` (connected to `subnqn`),
     /// from its Identify Namespace data `ns` and its descriptor list `descs` (`None` if the
-    /// target has none to give); `Err` with the reason if the list is malformed, as nvme
-    /// then leaves the namespace out.
+    /// target has none to give). A malformed list is used up to its fault, which is
+    /// logged, as nvme does.
     pub(crate) fn new(
         nsid: u32,
         ctrl: &IdCtrl,
         ns: &IdNs,
         descs: Option<&[u8]>,
         subnqn: &[u8],
-    ) -> Result<Self, &'static str> {
+    ) -> Self {
         let mut id = Self {
             nsid,
             uuid: [0; 16],
@@ -81,8 +81,8 @@ impl NsIdent {
             firmware: ctrl.firmware,
             subnqn: ctrl.subnqn,
         };
-        if let Some(b) = descs {
-            id.take_descriptors(b)?;
+        if let Some(why) = descs.and_then(|b| id.take_descriptors(b)) {
+            pr_warn!("namespace {nsid}: {why}: the rest of the list is not used\n");
         }
         if is_zero(&id.nguid) {
             id.nguid = ns.nguid;
@@ -95,14 +95,15 @@ impl NsIdent {
             let n = subnqn.len().min(id.subnqn.len() - 1);
             id.subnqn[..n].copy_from_slice(&subnqn[..n]);
         }
-        Ok(id)
+        id
     }
 
     /// Takes the identifiers of a descriptor list: each a type, a length, two reserved bytes
-    /// and the identifier; the list ends at a length of 0 or at the end of the data. An
-    /// identifier of a known type and the wrong length is an error; unknown types are passed.
-    fn take_descriptors(&mut self, b: &[u8]) -> Result<(), &'static str> {
-        let b = b.get(..IDENTIFY_LEN).ok_or("short descriptor list")?;
+    /// and the identifier; the list ends at a length of 0 or at the end of the data, and at
+    /// an identifier of a known type and the wrong length (which is returned); unknown types
+    /// are passed.
+    fn take_descriptors(&mut self, b: &[u8]) -> Option<&'static str> {
+        let b = b.get(..IDENTIFY_LEN)?;
         let mut at = 0;
         while at + 4 <= b.len() {
             let (nidt, nidl) = (b[at], usize::from(b[at + 1]));
@@ -119,7 +120,7 @@ impl NsIdent {
                 _ => nidl,
             };
             if nidl != want {
-                return Err("a namespace identifier of the wrong length in the descriptor list");
+                return Some("a namespace identifier of the wrong length in the descriptor list");
             }
             match nidt {
                 NIDT_EUI64 => self.eui64.copy_from_slice(v),
@@ -129,7 +130,7 @@ impl NsIdent {
             }
             at += 4 + nidl;
         }
-        Ok(())
+        None
     }
 
     /// Whether file `index` of [`NAMES`] exists for this namespace: an identifier's when the

@@ -360,7 +360,7 @@ kill_nvme_seen() {
 # with RetryExcErr within the bound, its NVMe-oF host notices by keep-alive
 # (kill_nvme_seen), everything is freed, nothing hangs.
 survivor_cycle() {
-	local srv rc cm eb ends id n why=
+	local srv rc cm eb ends id n t why=
 	hst_loaded || hst_insmod || return 1
 	baseline kill
 	kmsg "rdmatest: peer kill: retransmissions at the start: $(retries rxe0)"
@@ -391,7 +391,8 @@ survivor_cycle() {
 		[ "$(ulp_stat "$id" state)" = running ] || why="$why; run $id ended before the kill"
 	done
 	[ "$(hst_field "$n" state)" = live ] || why="$why; controller $n was not live before the kill"
-	nc_send $VICTIM 5035 kill || { ulp_ctl stop all; echo "the victim did not take the word"; return 1; }
+	nc_send $VICTIM 5035 kill ||
+		{ ulp_ctl stop all; hst_disconnect_all > /dev/null 2>&1; echo "the victim did not take the word"; return 1; }
 	kill_t0=$(uptime_ms)
 	kmsg "rdmatest: peer kill: asked"
 	kill_watch "$rc" "$cm" || why="$why; runs did not end in time"
@@ -401,6 +402,8 @@ survivor_cycle() {
 		stress_say "peer kill: run $id ended with an error $t ms after the kill was asked (bound ${KILL_BOUND_S} s)"
 	done < /tmp/kill-ends
 	kill_nvme_seen "$n" > /tmp/kill-nvme 2>&1 || why="$why; $(tr '\n' ' ' < /tmp/kill-nvme)"
+	# Whatever kill_nvme_seen found, no controller is left for the next cycle.
+	hst_disconnect_all > /dev/null 2>&1
 	for id in $rc $cm; do
 		[ "$(ulp_stat "$id" errors)" -gt 0 ] || why="$why; run $id ended without an error"
 		since_mark | grep -q "run $id: .*RetryExcErr" || why="$why; run $id: no RetryExcErr in the log"
