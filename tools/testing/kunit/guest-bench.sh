@@ -115,6 +115,7 @@ peer_cfg_args() { case $1 in list | event) echo "-l $PEER_LIST" ;; esac; }
 # (UD: what arrived). A result of 0 fails: it is no figure (but for
 # PERF_NO_FIGURE=1, a run that is timed by its CPU only: bench_fixed's 16
 # messages, where perftest's UD receiver in event mode was seen to print 0).
+# perftest's no figure exits 2 (bench_one runs such a run once more).
 perf_run() {
 	local tool=$1 port=$2 size=$3 n=$4 depth=$5 cev= sev=
 	shift 5
@@ -138,9 +139,10 @@ perf_run() {
 		return 1
 	fi
 	# The client's result line; ib_send_bw's client was seen to print zeros
-	# (256 x 256 KiB), where its server, the receiver, has the figures.
+	# (256 x 256 KiB), where its server, the receiver, has the figures (the
+	# servers of ib_write_bw and ib_read_bw have none).
 	local f=/tmp/perf-c
-	awk '/MsgRate/ { getline; exit !($5 == 0) }' $f && f=/tmp/perf-s
+	[ $tool != ib_send_bw ] || ! awk '/MsgRate/ { getline; exit !($5 == 0) }' $f || f=/tmp/perf-s
 	[ -z "${PERF_RECEIVER:-}" ] || f=/tmp/perf-s
 	bench_say "note $tool $cev $* ($([ $f = /tmp/perf-c ] && echo client || echo server)): $(awk '/#bytes/ { getline; print; exit }' $f)"
 	case $tool in
@@ -151,7 +153,7 @@ perf_run() {
 		# #bytes #iterations BW_peak BW_average MsgRate[Mpps]
 		awk '/MsgRate/ { getline; printf "%.0f %.2f\n", $5 * 1e6, $4 * 1.048576; exit }' $f ;;
 	esac | awk -v any="${PERF_NO_FIGURE:-}" '$1 + 0 > 0 || any { print; ok = 1 }
-		END { if (!ok) { print "perftest reported no figure, or 0" > "/dev/stderr"; exit 1 } }'
+		END { if (!ok) { print "perftest reported no figure, or 0" > "/dev/stderr"; exit 2 } }'
 }
 
 # rping_time PORT SIZE COUNT [-V]: rping server and client over rdma_cm;
@@ -331,11 +333,23 @@ bench_one() {
 	local case=$1 kind=$2 op=$3 size=$4 side=$5 cfg=$6 round=$7
 	local n c0 c1 out value p99=0 msgs lost=0 fixed_t=0 fixed_ms=0 fixed_n=0
 	n=$(bench_n "$kind" "$size")
-	next_port
-	c0=$(cpu_ticks)
-	out=$(bench_exec "$op" "$size" "$side" "$cfg" "$n" $BENCH_PORT)
-	local rc=$?
-	c1=$(cpu_ticks)
+	local rc try
+	# perftest times a run by the cycle counter of whatever CPU it runs on;
+	# in a TCG guest whose kernel marks the TSC unstable (the clocksource
+	# watchdog's "skewed" message) an end stamp was once seen behind the
+	# start one and the client printed zeros (ib_write_bw -l 8, 64 B, in the
+	# CI run of 9b5a283). A peer run with no figure (perf_run's 2) runs once
+	# more, said in the report, its CPU counted afresh; a second one, or any
+	# other failure, fails the case.
+	for try in 1 2; do
+		next_port
+		c0=$(cpu_ticks)
+		out=$(bench_exec "$op" "$size" "$side" "$cfg" "$n" $BENCH_PORT)
+		rc=$?
+		c1=$(cpu_ticks)
+		[ $try = 1 ] && [ $rc = 2 ] && [ "$side" = peer ] || break
+		bench_say "note case=$case cfg=$cfg round=$round: perftest reported no figure (its client: $(awk '/#bytes/ { getline; print; exit }' /tmp/perf-c)); it ran again"
+	done
 	if [ $rc != 0 ] || [ -z "$out" ]; then
 		bench_say "fail case=$case side=$side cfg=$cfg round=$round"
 		return 1
