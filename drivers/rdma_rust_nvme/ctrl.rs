@@ -115,8 +115,7 @@ impl WorkItem for Core {
         this.start_events();
         loop {
             // Keep-alives go by their own clock: an event's wake-up does not delay one.
-            let since = Ktime::ktime_get().to_ms() - this.keep_alive_ms.load(Ordering::Relaxed);
-            let left = (i64::from(period) - since).clamp(0, i64::from(period));
+            let left = (i64::from(period) - this.since_keep_alive()).clamp(0, i64::from(period));
             this.health.wait(left as u32);
             if this.health.stopping() {
                 return;
@@ -124,10 +123,9 @@ impl WorkItem for Core {
             if let Some((status, result)) = this.health.take_event() {
                 this.async_event(status, result);
             }
-            let since = Ktime::ktime_get().to_ms() - this.keep_alive_ms.load(Ordering::Relaxed);
             match this.health.state() {
                 State::Recovering => this.recover(),
-                State::Live if kato_ms > 0 && since >= i64::from(period) => {
+                State::Live if kato_ms > 0 && this.since_keep_alive() >= i64::from(period) => {
                     this.keep_alive(kato_ms)
                 }
                 _ => {}
@@ -140,6 +138,11 @@ impl WorkItem for Core {
 impl Core {
     fn admin(&self) -> Arc<Queue> {
         self.admin.lock().clone()
+    }
+
+    /// Milliseconds since the last Keep Alive was sent (or the controller was connected).
+    fn since_keep_alive(&self) -> i64 {
+        Ktime::ktime_get().to_ms() - self.keep_alive_ms.load(Ordering::Relaxed)
     }
 
     /// Sends a Keep Alive; one that fails or has no answer within the keep-alive timeout
@@ -292,10 +295,6 @@ impl Core {
     /// whose Identify fails is skipped, as nvme skips it.
     fn add_disks(&self, nsids: &[u32]) -> Result {
         let mut buf = KVec::from_elem(0u8, IDENTIFY_LEN, GFP_KERNEL)?;
-        let max_io = match self.id.max_transfer {
-            0 => MAX_IO,
-            n => n.min(u64::from(MAX_IO)) as u32,
-        };
         let admin = self.admin();
         for &nsid in nsids {
             // The target refused this one: the others may still be served.
@@ -303,57 +302,63 @@ impl Core {
                 pr_err!("namespace {nsid}: Identify failed: not served\n");
                 continue;
             }
-            let ns = match IdNs::decode(&buf) {
-                Ok(Some(ns)) => ns,
-                Ok(None) => continue,
-                Err(why) => {
-                    pr_err!("namespace {nsid}: {why}: not served\n");
-                    continue;
-                }
-            };
-            // Its identifiers: a target that has no descriptor list leaves those of
-            // Identify Namespace.
-            let what = "Identify Namespace Identification Descriptors";
-            let descs =
-                identify_ns(&admin, CNS_NS_DESCS, nsid, &mut buf, what)?.then_some(buf.as_slice());
-            let ident = NsIdent::new(nsid, &self.id, &ns, descs, &self.opts.subnqn);
-            let data = Arc::new(
-                Ns {
-                    io: self.io.clone(),
-                    nsid,
-                    lba_shift: ns.lba_shift,
-                    ident,
-                },
-                GFP_KERNEL,
-            )?;
-            let block = 1u32 << ns.lba_shift;
-            let disk = GenDiskBuilder::new()
-                .capacity_sectors(ns.blocks << (ns.lba_shift - 9))
-                .logical_block_size(block)?
-                .physical_block_size(block)?
-                .max_hw_sectors(max_io / 512)?
-                .virt_boundary(PAGE_SIZE - 1)?
-                .write_cache(self.id.write_cache)
-                .timeout_ms(IO_TIMEOUT_MS)
-                .build_with_attributes(
-                    format_args!("rnvme{}n{}", self.instance, nsid),
-                    self.tagset.clone(),
-                    data,
-                )?;
-            let mut disks = self.disks.lock();
-            if let Err(e) = disks.list.reserve(1, GFP_KERNEL) {
-                // The disk goes outside the lock: its removal waits for requests that a
-                // recovery, which takes the lock, may be holding back.
-                drop(disks);
-                drop(disk);
-                return Err(e.into());
+            match IdNs::decode(&buf) {
+                Ok(Some(ns)) => self.add_disk(&admin, nsid, &ns, &mut buf)?,
+                Ok(None) => {}
+                Err(why) => pr_err!("namespace {nsid}: {why}: not served\n"),
             }
-            let mut d = Disk { nsid, disk };
-            if disks.quiesced {
-                d.disk.quiesce();
-            }
-            disks.list.push(d, GFP_KERNEL)?;
         }
+        Ok(())
+    }
+
+    /// Adds the disk of active namespace `nsid`, whose Identify Namespace data is `ns`;
+    /// `buf` is room for an Identify.
+    fn add_disk(&self, admin: &Queue, nsid: u32, ns: &IdNs, buf: &mut [u8]) -> Result {
+        let max_io = match self.id.max_transfer {
+            0 => MAX_IO,
+            n => n.min(u64::from(MAX_IO)) as u32,
+        };
+        // Its identifiers: a target that has no descriptor list leaves those of
+        // Identify Namespace.
+        let what = "Identify Namespace Identification Descriptors";
+        let descs = identify_ns(admin, CNS_NS_DESCS, nsid, buf, what)?.then_some(&*buf);
+        let ident = NsIdent::new(nsid, &self.id, ns, descs, &self.opts.subnqn);
+        let data = Arc::new(
+            Ns {
+                io: self.io.clone(),
+                nsid,
+                lba_shift: ns.lba_shift,
+                ident,
+            },
+            GFP_KERNEL,
+        )?;
+        let block = 1u32 << ns.lba_shift;
+        let disk = GenDiskBuilder::new()
+            .capacity_sectors(ns.blocks << (ns.lba_shift - 9))
+            .logical_block_size(block)?
+            .physical_block_size(block)?
+            .max_hw_sectors(max_io / 512)?
+            .virt_boundary(PAGE_SIZE - 1)?
+            .write_cache(self.id.write_cache)
+            .timeout_ms(IO_TIMEOUT_MS)
+            .build_with_attributes(
+                format_args!("rnvme{}n{}", self.instance, nsid),
+                self.tagset.clone(),
+                data,
+            )?;
+        let mut disks = self.disks.lock();
+        if let Err(e) = disks.list.reserve(1, GFP_KERNEL) {
+            // The disk goes outside the lock: its removal waits for requests that a
+            // recovery, which takes the lock, may be holding back.
+            drop(disks);
+            drop(disk);
+            return Err(e.into());
+        }
+        let mut d = Disk { nsid, disk };
+        if disks.quiesced {
+            d.disk.quiesce();
+        }
+        disks.list.push(d, GFP_KERNEL)?;
         Ok(())
     }
 }

@@ -171,13 +171,14 @@ impl Ns {
     }
 
     /// Removes the namespace from `subsys` (disabled first). I/Os still running on it finish on
-    /// its volume, which goes with the last of them.
-    pub(crate) fn remove(&self, subsys: &Subsys) {
-        self.disable();
+    /// its volume, which goes with the last of them. `true` if it was enabled.
+    pub(crate) fn remove(&self, subsys: &Subsys) -> bool {
+        let was = self.disable();
         subsys
             .namespaces
             .lock()
             .retain(|n| !core::ptr::eq(&**n, self));
+        was
     }
 
     /// Sets the size in bytes: a positive multiple of the block size, at most
@@ -219,24 +220,24 @@ impl Ns {
     }
 
     /// Allocates the namespace's RAM (zeroed): from now on hosts see it. `EINVAL` without a
-    /// size; enabling an enabled namespace does nothing.
-    pub(crate) fn enable(&self) -> Result {
+    /// size; enabling an enabled namespace does nothing (`Ok(false)`).
+    pub(crate) fn enable(&self) -> Result<bool> {
         let mut s = self.state.lock();
         if s.volume.is_some() {
-            return Ok(());
+            return Ok(false);
         }
         if s.size == 0 {
             pr_err!("namespace {}: set its size before enabling it\n", self.nsid);
             return Err(EINVAL);
         }
         s.volume = Some(Volume::new(s.size)?);
-        Ok(())
+        Ok(true)
     }
 
-    /// Hosts no longer see the namespace; its data goes.
-    pub(crate) fn disable(&self) {
+    /// Hosts no longer see the namespace; its data goes. `true` if it was enabled.
+    pub(crate) fn disable(&self) -> bool {
         let volume = self.state.lock().volume.take();
-        drop(volume);
+        volume.is_some()
     }
 
     pub(crate) fn enabled(&self) -> bool {
@@ -378,6 +379,14 @@ impl Subsys {
 
     pub(crate) fn model(&self) -> Result<KVec<u8>> {
         owned(&self.ident.lock().model)
+    }
+
+    /// Whether `ns` is one of the subsystem's namespaces.
+    pub(crate) fn has(&self, ns: &Ns) -> bool {
+        self.namespaces
+            .lock()
+            .iter()
+            .any(|n| core::ptr::eq(&**n, ns))
     }
 
     /// The enabled namespace `nsid`'s volume.

@@ -212,7 +212,17 @@ impl Children for NamespacesDir {
     }
 
     fn drop_item(subsys: &Arc<Subsys>, ns: &Arc<Ns>) {
-        ns.remove(subsys);
+        if ns.remove(subsys) {
+            ns_changed(ns.nsid, |s| core::ptr::eq(s, &**subsys));
+        }
+    }
+}
+
+/// Namespace `nsid` of the subsystems `which` picks was enabled, disabled or removed: the
+/// controllers hear of it (nothing to tell while the module is going).
+fn ns_changed(nsid: u32, which: impl Fn(&Subsys) -> bool) {
+    if let Ok(s) = crate::state() {
+        s.target.ns_changed(nsid, which);
     }
 }
 
@@ -315,13 +325,17 @@ impl Attribute for NsEnable {
         Ok(())
     }
 
+    /// A change is noticed by the controllers of the namespace's subsystem.
     fn store(ns: &Ns, input: &[u8]) -> Result {
-        if boolean("enable", input)? {
-            ns.enable()
+        let changed = if boolean("enable", input)? {
+            ns.enable()?
         } else {
-            ns.disable();
-            Ok(())
+            ns.disable()
+        };
+        if changed {
+            ns_changed(ns.nsid, |s| s.has(ns));
         }
+        Ok(())
     }
 }
 

@@ -6,19 +6,22 @@
 //! ID for each); its I/O queues' Connects name that ID. The controller holds the registers a
 //! host reads and writes with Property Get and Set (CAP, VS, CC, CSTS), the features it set
 //! (number of queues, keep-alive timeout, asynchronous event configuration), its held
-//! Asynchronous Event Requests, and the keep-alive deadline: a host that sends no Keep Alive
-//! within its KATO has its controller ended ([`Target::tick`]), queues and all.
+//! Asynchronous Event Requests and their notices (`events`), and the keep-alive deadline: a
+//! host that sends no Keep Alive within its KATO has its controller ended
+//! ([`Target::tick`]), queues and all.
 //!
-//! The transport is not known here: a controller ends its queues through [`QueueLink`].
+//! The transport is not known here: a controller ends its queues, and answers the requests
+//! it held, through [`QueueLink`].
 
 mod connect;
+mod events;
 
 use crate::config::{PortConf, Subsys};
-use crate::ident::{self, CtrlIdent, AER_MAX, IDENTIFY_LEN, VERSION};
+use crate::ident::{self, CtrlIdent, IDENTIFY_LEN, VERSION};
 use crate::misbehave;
 use crate::proto::{
-    admin, le16, le32, reg, Sqe, Status, Text, DISCOVERY_NQN, FCTYPE_CONNECT, FCTYPE_PROP_GET,
-    FCTYPE_PROP_SET, MAX_IO_DEPTH, MAX_IO_QUEUES,
+    admin, le16, le32, reg, Sqe, Status, Text, AEN_NS_ATTR, DISCOVERY_NQN, FCTYPE_CONNECT,
+    FCTYPE_PROP_GET, FCTYPE_PROP_SET, MAX_IO_DEPTH, MAX_IO_QUEUES,
 };
 use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU16, AtomicU32, Ordering};
 use kernel::new_mutex;
@@ -68,10 +71,16 @@ impl Reply {
     };
 }
 
-/// A queue of a controller, as the controller sees it: it can be ended.
+/// A queue of a controller, as the controller sees it: it can be ended, and it answers the
+/// commands the controller held.
 pub(crate) trait QueueLink: Send + Sync {
     /// Ends the queue's connection (`why` is logged). Process context.
     fn end(&self, why: &str);
+
+    /// Sends the completion of the held command `sqe` (an Asynchronous Event Request) with
+    /// `reply`. `false` when the queue has no idle answer for it now (the caller tries
+    /// again); a queue whose connection is ending drops it and says `true`.
+    fn answer_held(&self, sqe: Sqe, reply: Reply) -> bool;
 }
 
 /// The registers a host sets and reads.
@@ -107,9 +116,9 @@ pub(crate) struct Ctrl {
     /// I/O queues granted by Set Features (0: not set yet).
     granted: AtomicU16,
     async_cfg: AtomicU32,
-    /// Command IDs of the held Asynchronous Event Requests.
+    /// The held Asynchronous Event Requests and the notices for them.
     #[pin]
-    aers: SpinLock<KVec<u16>>,
+    events: SpinLock<events::Events>,
     /// Its queues, by queue ID.
     #[pin]
     queues: Mutex<KVec<(u16, Arc<dyn QueueLink>)>>,
@@ -278,16 +287,7 @@ impl Ctrl {
                 self.last_ka.store(now_ms(), Ordering::Relaxed);
                 Reply::OK
             }
-            admin::ASYNC_EVENT => {
-                let mut aers = self.aers.lock();
-                if aers.len() >= AER_MAX {
-                    Status::ASYNC_LIMIT.into()
-                } else if aers.push(sqe.cid, GFP_ATOMIC).is_err() {
-                    Status::INTERNAL.into()
-                } else {
-                    return None;
-                }
-            }
+            admin::ASYNC_EVENT => return self.hold_aer(sqe),
             _ => Status::INVALID_OPCODE.into(),
         };
         Some(reply)
@@ -349,9 +349,20 @@ impl Ctrl {
         if offset % 4 != 0 {
             return Status::INVALID_FIELD.into();
         }
-        let page = match ident::log_page(lid, self.subsys.as_deref(), &self.port, &self.hostnqn) {
-            Ok(p) => p,
-            Err(s) => return s.into(),
+        let page = match (lid, self.is_discovery()) {
+            (ident::lid::CHANGED_NS, false) => {
+                let Ok(mut page) = KVec::from_elem(0u8, events::CHANGED_NS_LOG_LEN, GFP_KERNEL)
+                else {
+                    return Status::INTERNAL.into();
+                };
+                // RAE (CDW10 bit 15): the host reads it again later; the list stays.
+                self.changed_ns_log(&mut page, sqe.cdw(10) & (1 << 15) != 0);
+                page
+            }
+            _ => match ident::log_page(lid, self.subsys.as_deref(), &self.port, &self.hostnqn) {
+                Ok(p) => p,
+                Err(s) => return s.into(),
+            },
         };
         let Some(from) = usize::try_from(offset).ok().filter(|&o| o <= page.len()) else {
             return Status::INVALID_FIELD.into();
@@ -400,8 +411,13 @@ impl Ctrl {
                 self.last_ka.store(now_ms(), Ordering::Relaxed);
                 Reply::OK
             }
-            // Asynchronous event configuration: no event is reported, the bits are kept.
-            (0x0b, _) => {
+            // Asynchronous event configuration: namespace notices on an I/O controller, the
+            // only events it sends (a bit for any other is refused, as nvmet refuses it).
+            (0x0b, disc) => {
+                let supported = if disc { 0 } else { AEN_NS_ATTR };
+                if value & !supported != 0 {
+                    return Status::INVALID_FIELD.into();
+                }
                 self.async_cfg.store(value, Ordering::Relaxed);
                 Reply::OK
             }
@@ -455,21 +471,15 @@ impl Target {
         self.ctrls.lock().retain(|c| !core::ptr::eq(&**c, ctrl));
     }
 
-    /// Ends every controller whose host let its keep-alive timeout pass. Process context.
+    /// Ends every controller whose host let its keep-alive timeout pass, and sends the
+    /// notices that found no idle answer on their admin queue. Process context.
     pub(crate) fn tick(&self) {
         let now = now_ms();
-        let expired: KVec<Arc<Ctrl>> = {
-            let ctrls = self.ctrls.lock();
-            let mut v = KVec::new();
-            for c in ctrls.iter().filter(|c| c.expired(now)) {
-                if v.push(c.clone(), GFP_KERNEL).is_err() {
-                    break;
-                }
-            }
-            v
-        };
-        for c in expired {
+        for c in self.pick(|c| c.expired(now)) {
             c.end(self, "no keep-alive within its timeout");
+        }
+        for c in self.pick(Ctrl::notice_waits) {
+            c.deliver_events();
         }
     }
 
@@ -483,17 +493,7 @@ impl Target {
 
     /// Ends the controllers `which` picks (`why` is logged). Process context.
     pub(crate) fn end_where(&self, why: &str, which: impl Fn(&Ctrl) -> bool) {
-        let doomed: KVec<Arc<Ctrl>> = {
-            let ctrls = self.ctrls.lock();
-            let mut v = KVec::new();
-            for c in ctrls.iter().filter(|c| which(c)) {
-                if v.push(c.clone(), GFP_KERNEL).is_err() {
-                    break;
-                }
-            }
-            v
-        };
-        for c in doomed {
+        for c in self.pick(which) {
             c.end(self, why);
         }
     }

@@ -4,12 +4,13 @@
 //!
 //! Offsets are those of `struct nvme_id_ctrl`, `struct nvme_id_ns`, the namespace
 //! identification descriptors and the log pages in include/linux/nvme.h. Fields the target
-//! leaves at 0 say "not supported" (no power states, no ANA, no AEN, no reservations).
+//! leaves at 0 say "not supported" (no power states, no ANA, no reservations); of the
+//! asynchronous events, only namespace notices.
 
 use crate::config::{PortConf, Subsys, Volume, MAX_NAMESPACES};
 use crate::proto::{
-    put, put16, put32, put64, put_padded, Status, DISCOVERY_NQN, INLINE_DATA, LBA_SHIFT,
-    MAX_IO_DEPTH, MDTS, SQE_LEN,
+    put, put16, put32, put64, put_padded, Status, AEN_NS_ATTR, DISCOVERY_NQN, INLINE_DATA,
+    LBA_SHIFT, MAX_IO_DEPTH, MDTS, SQE_LEN,
 };
 use kernel::prelude::*;
 
@@ -60,6 +61,8 @@ pub(crate) fn controller(b: &mut [u8], c: &CtrlIdent<'_>) -> Result {
             b[77] = MDTS;
             // CNTRLTYPE: I/O controller.
             b[111] = 1;
+            // OAES: Namespace Attribute Notices (see `ctrl::events`).
+            put32(b, 92, AEN_NS_ATTR);
             // ACL, AERL (0-based), FRMW (slot 1 read-only, one slot), ELPE 0.
             b[258] = 3;
             b[259] = (AER_MAX - 1) as u8;
@@ -168,8 +171,7 @@ pub(crate) fn log_page(
             put_padded(&mut b, 8, 8, FIRMWARE);
             Ok(b)
         }
-        // No namespace changes are reported (no AEN).
-        (lid::CHANGED_NS, Some(_)) => zeroed(4096),
+        // The Changed Namespace List is the controller's (`ctrl::events`).
         (lid::CMD_EFFECTS, Some(_)) => {
             let mut b = zeroed(4096)?;
             // CSUPP for each admin (ACS, 0..1024) and I/O (IOCS, 1024..2048) command; LBCC

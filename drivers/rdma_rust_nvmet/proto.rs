@@ -36,6 +36,9 @@ pub(crate) const ADMIN_DEPTH: u16 = 32;
 pub(crate) const MAX_IO_DEPTH: u16 = 256;
 /// I/O queues a controller grants at most (and the highest queue ID a connection may name).
 pub(crate) const MAX_IO_QUEUES: u16 = 16;
+/// The asynchronous event configuration bit (and OAES bit) of Namespace Attribute Notices,
+/// the only events this target sends (`ctrl::events`).
+pub(crate) const AEN_NS_ATTR: u32 = 1 << 8;
 /// Longest NQN, without its NUL.
 pub(crate) const NQN_MAX: usize = 223;
 /// The well-known NQN of discovery controllers.

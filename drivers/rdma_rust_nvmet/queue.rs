@@ -24,7 +24,7 @@
 mod command;
 
 use crate::config::{PortConf, Volume};
-use crate::ctrl::{raw_cid, Ctrl, Data, QueueLink, Target};
+use crate::ctrl::{raw_cid, Ctrl, Data, QueueLink, Reply, Target};
 use crate::proto::{Sqe, CQE_LEN, INLINE_DATA, SQE_LEN};
 use core::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use kernel::page::{Page, PAGE_SIZE};
@@ -544,6 +544,26 @@ impl Completion for Answer {
 }
 
 impl QueueLink for Queue {
+    fn answer_held(&self, sqe: Sqe, reply: Reply) -> bool {
+        if self.broken.load(Ordering::Acquire) {
+            return true;
+        }
+        let Some(mut wr) = self.pool.lock().take() else {
+            return false;
+        };
+        let queue = wr.data().queue.clone();
+        let a = wr.data_mut();
+        a.sqe = Some(sqe);
+        a.sq_head = self.sqhd.load(Ordering::Relaxed);
+        a.data = Data::None;
+        // The command ID, in flight since the request came, is free once this completes.
+        a.claimed = true;
+        if let Some(idle) = queue.reply(wr, reply) {
+            queue.put_back(idle);
+        }
+        true
+    }
+
     fn end(&self, why: &str) {
         if !self.broken.swap(true, Ordering::AcqRel) {
             pr_info!(

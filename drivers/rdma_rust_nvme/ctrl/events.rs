@@ -68,7 +68,8 @@ impl ScanWanted {
 
 /// What Identify Namespace said of a namespace.
 enum Seen {
-    Active,
+    /// Active, with its Identify Namespace data.
+    Active(IdNs),
     Inactive,
     /// The command failed, or its data is unusable: the disk stays as it is.
     Unknown,
@@ -108,8 +109,8 @@ impl WorkItem<1> for Core {
             }
             let has = this.disks.lock().list.iter().any(|d| d.nsid == nsid);
             match (seen(&admin, nsid, &mut buf), has) {
-                (Seen::Active, false) => {
-                    if let Err(e) = this.add_disks(&[nsid]) {
+                (Seen::Active(ns), false) => {
+                    if let Err(e) = this.add_disk(&admin, nsid, &ns, &mut buf) {
                         pr_err!("rnvme{}: namespace {nsid}: no disk: {e:?}\n", this.instance);
                     }
                 }
@@ -259,7 +260,7 @@ impl Core {
 fn seen(admin: &Queue, nsid: u32, buf: &mut [u8]) -> Seen {
     match identify_ns(admin, CNS_NS, nsid, buf, "Identify Namespace") {
         Ok(true) => match IdNs::decode(buf) {
-            Ok(Some(_)) => Seen::Active,
+            Ok(Some(ns)) => Seen::Active(ns),
             Ok(None) => Seen::Inactive,
             Err(_) => Seen::Unknown,
         },

@@ -153,7 +153,7 @@ impl Target {
                 regs <- new_spinlock!(Regs::default(), "rdma_rust_nvmet_regs"),
                 granted: AtomicU16::new(0),
                 async_cfg: AtomicU32::new(0),
-                aers <- new_spinlock!(KVec::new(), "rdma_rust_nvmet_aers"),
+                events <- new_spinlock!(Default::default(), "rdma_rust_nvmet_events"),
                 queues <- new_mutex!(KVec::new(), "rdma_rust_nvmet_queues"),
                 dead: AtomicBool::new(false),
             }),

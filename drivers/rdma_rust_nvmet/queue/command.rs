@@ -236,7 +236,11 @@ impl Queue {
     /// Sends the completion of the command in `wr` with `reply`; its data for the host, if it
     /// succeeded, goes first by RDMA WRITE. With invalidate of the host's rkey when the SGL
     /// asked for it. `Some(wr)`, idle, if it could not be posted (the connection is ending).
-    fn reply(self: &Arc<Self>, mut wr: Wr<Answer>, mut reply: Reply) -> Option<Wr<Answer>> {
+    pub(super) fn reply(
+        self: &Arc<Self>,
+        mut wr: Wr<Answer>,
+        mut reply: Reply,
+    ) -> Option<Wr<Answer>> {
         let a = wr.data_mut();
         let Some(sqe) = a.sqe else {
             finish(&mut wr);

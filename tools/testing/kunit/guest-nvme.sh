@@ -596,12 +596,10 @@ hst_target_rows() {
 	nvmt_check "${t}_fio_write_128k_verify" nvmt_fio_dev "/dev/rnvme${n}n1" write 128k 8 2m
 	nvmt_check "${t}_ext4_fsck_clean" nvmt_ext4_dev "/dev/rnvme${n}n1" 1
 	nvmt_check "${t}_fsync_flush_dsync_fua" hst_flush_fua "$n" "rnvme${n}n2"
-	# The Asynchronous Event Request: nvmet-rdma sends a notice when a namespace
-	# goes or comes (rdma_rust_nvmet sends none yet).
-	if [ "$t" = c ]; then
-		nvmt_check "${t}_aer_namespace_disabled_disk_removed" hst_aer_ns "$n" "$root" "$nqn" 0
-		nvmt_check "${t}_aer_namespace_enabled_disk_added" hst_aer_ns "$n" "$root" "$nqn" 1
-	fi
+	# The Asynchronous Event Request: both targets send a notice when a
+	# namespace goes or comes.
+	nvmt_check "${t}_aer_namespace_disabled_disk_removed" hst_aer_ns "$n" "$root" "$nqn" 0
+	nvmt_check "${t}_aer_namespace_enabled_disk_added" hst_aer_ns "$n" "$root" "$nqn" 1
 	nvmt_gate=${host_gate:-${tgt_gate:-$ctrl_gate}}
 	nvmt_check "${t}_status_no_errors" hst_status_clean "$n" "$hst_cntlid"
 	nvmt_gate=${host_gate:-$ctrl_gate}

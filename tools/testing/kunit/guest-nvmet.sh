@@ -197,6 +197,29 @@ nvmt_connect() {
 	wait_for 5 test -b "/dev/$ns" || { echo "no block device /dev/$ns"; return 1; }
 }
 
+# nvmt_has_nsid NQN NSID: the host has a block device of namespace NSID of NQN.
+nvmt_has_nsid() { nvmt_ns "$1" | grep -q "n$2\$"; }
+nvmt_lacks_nsid() { ! nvmt_has_nsid "$@"; }
+
+# nvmt_ns_notice ROOT NQN ON: namespace 2 of subsystem NQN added and enabled
+# (ON 1) or disabled and removed (ON 0) in the target's configfs under the
+# connected host: the target's Namespace Attribute Changed notice makes the
+# host rescan (nvme core logs "rescanning namespaces" for that notice only),
+# and within 10 s its block device is there (or gone).
+nvmt_ns_notice() {
+	local n=$1/subsystems/$2/namespaces/2
+	nvmt_ctrl "$2" > /dev/null || { echo "no controller of $2"; return 1; }
+	mark
+	if [ "$3" = 1 ]; then
+		tgt_ns "$1" "$2" 2 $NVMT_SIZE || { echo "adding namespace 2 failed"; return 1; }
+		wait_for 10 nvmt_has_nsid "$2" 2 || { nvmt_ns "$2"; echo "the host has no namespace 2 within 10 s"; return 1; }
+	else
+		echo 0 > "$n/enable" && rmdir "$n" || { echo "removing namespace 2 failed"; return 1; }
+		wait_for 10 nvmt_lacks_nsid "$2" 2 || { nvmt_ns "$2"; echo "the host still has namespace 2 after 10 s"; return 1; }
+	fi
+	since_mark | grep -q "nvme[0-9]*: rescanning namespaces" || { echo "the host had no namespace notice"; return 1; }
+}
+
 # nvmt_field FILE NAME: the value of `NAME : value` in nvme-cli's output FILE.
 nvmt_field() { sed -n "s/^$2 *: *//p" "$1" | sed 's/ *$//'; }
 
@@ -449,7 +472,8 @@ nvmt_target_suite() {
 	nvmt_leak_mark
 	mark
 
-	nvmt_check target_load tgt_load "$root" $NVMT_SIZE || tgt_gate="the target did not load (row target_load)"
+	# Two RAM disks for nvmet: the second is namespace 2 of the notice rows.
+	nvmt_check target_load tgt_load "$root" $NVMT_SIZE 2 || tgt_gate="the target did not load (row target_load)"
 	nvmt_gate=$tgt_gate
 	nvmt_check target_setup tgt_setup "$root" "$nqn" 1 $NVMT_ADDR "$svc" $NVMT_SIZE ||
 		tgt_gate=${tgt_gate:-"the target was not set up (row target_setup)"}
@@ -469,6 +493,10 @@ nvmt_target_suite() {
 	nvmt_check fio_write_128k_verify nvmt_fio "$nqn" write 128k 8 8m
 	nvmt_check ext4_fsck_remount_checksums nvmt_ext4 "$nqn"
 	kmsg "rdmatest: nvmet: $1: MemFree $(awk '/^MemFree:/ { print int($2 / 1024) }' /proc/meminfo) MiB with the namespace written"
+	# Namespace notices (Asynchronous Events): the stock host follows a
+	# namespace that comes and goes.
+	nvmt_check namespace_added_host_sees_it nvmt_ns_notice "$root" "$nqn" 1
+	nvmt_check namespace_removed_host_drops_it nvmt_ns_notice "$root" "$nqn" 0
 	nvmt_check disconnect_device_gone nvmt_disconnect "$nqn"
 	nvmt_check host_logged_no_errors nvmt_host_quiet
 	$NVME disconnect-all > /dev/null 2>&1
