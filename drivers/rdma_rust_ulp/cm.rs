@@ -315,6 +315,9 @@ impl Ev {
         match &self.conn {
             // A server connection: ended from a work item (see `Session`).
             Some(conn) => {
+                // Ended now, though freed from a work item: the flushes that follow (on
+                // iWARP the QP is in the error state already) are its drain.
+                conn.closing();
                 pr_info!(
                     "run {}: {} {what} after {} round trips\n",
                     run.id,

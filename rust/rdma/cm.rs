@@ -448,8 +448,11 @@ impl<H: Handler> CmId<H> {
     /// - `EBUSY` when the id has a QP already.
     /// - `EAGAIN` in atomic context.
     /// - `ENOMEM` when an allocation fails.
+    /// - `EOPNOTSUPP` for a UD id on an iWARP device ([`Device::is_rnic`]), which has RC only.
     /// - Otherwise what `rdma_create_qp` answers: the driver's `create_qp`, or moving the new
     ///   QP to its first state.
+    ///
+    /// [`Device::is_rnic`]: crate::rdma::device::Device::is_rnic
     pub fn create_qp(
         &self,
         pd: &Arc<Pd>,
@@ -571,6 +574,8 @@ impl Id {
     /// # Errors
     ///
     /// - `EINVAL` when the id's address is not resolved (or its route is being resolved).
+    /// - `EOPNOTSUPP` on an iWARP device ([`Device::is_rnic`]): iWARP has no multicast (the CM
+    ///   would answer `ENOSYS`).
     /// - `ENOSYS` on a port of no transport the CM knows.
     /// - Otherwise what starting the resolution answers (`ENOMEM`, or `ENODEV` on RoCE when
     ///   the id's network device is gone).
@@ -750,6 +755,9 @@ impl Id {
         let claimed = self.ctx().qp_claimed.load(Ordering::Acquire);
         if ty != bindings::ib_qp_type_IB_QPT_UD || !qp.is_null() || claimed {
             return Err(EINVAL);
+        }
+        if self.device().is_some_and(|d| d.is_rnic()) {
+            return Err(EOPNOTSUPP);
         }
         let mut a = addr.into().to_raw();
         // SAFETY: The id is valid; the CM copies the address; no context is passed.

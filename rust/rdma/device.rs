@@ -180,6 +180,16 @@ impl Device {
             && unsafe { bindings::rdma_protocol_iwarp(self.as_raw(), port) }
     }
 
+    /// Whether the device is an iWARP RNIC (`RDMA_NODE_RNIC`: soft-iWARP, `siw`, is one). Its
+    /// QPs are RC only, and only the connection manager connects them (iw_cm, over TCP): the
+    /// crate refuses a QP made by hand, a UD QP, a multicast join and, where the device has
+    /// none (`siw`), atomic operations, each with `EOPNOTSUPP` and before the driver is called.
+    pub fn is_rnic(&self) -> bool {
+        // SAFETY: `self.as_raw()` is valid (invariant); `node_type` is fixed at registration.
+        let node = unsafe { (*self.as_raw()).node_type };
+        u32::from(node) == bindings::RDMA_NODE_RNIC
+    }
+
     /// Returns the name of the network device bound to `port` (RoCE and iWARP), e.g. `eth0`.
     ///
     /// # Errors

@@ -150,6 +150,13 @@ impl Client for FastReg {
                 "{name}: fast-registered MR: {LEN} bytes written and read back, \
                  rkey refused after invalidation\n"
             ),
+            // iWARP connects QPs through rdma_cm only: kernel::rdma refuses one made by hand.
+            Err(e) if e == EOPNOTSUPP && dev.is_rnic() => {
+                pr_info!(
+                    "{name}: iWARP refuses a QP made by hand (EOPNOTSUPP): \
+                     rdma_cm connects them\n"
+                )
+            }
             Err(e) => pr_err!("{name}: fast-registered MR failed: {e:?}\n"),
         }
         Ok(KBox::new((), GFP_KERNEL)?)

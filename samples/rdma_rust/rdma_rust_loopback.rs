@@ -141,6 +141,13 @@ impl Client for Loopback {
         let name = dev.name();
         match exchange(dev) {
             Ok(n) => pr_info!("{name}: RC loopback: {n} bytes sent, received and checked\n"),
+            // iWARP connects QPs through rdma_cm only: kernel::rdma refuses one made by hand.
+            Err(e) if e == EOPNOTSUPP && dev.is_rnic() => {
+                pr_info!(
+                    "{name}: iWARP refuses a QP made by hand (EOPNOTSUPP): \
+                     rdma_cm connects them\n"
+                )
+            }
             Err(e) => pr_err!("{name}: RC loopback failed: {e:?}\n"),
         }
         Ok(KBox::new((), GFP_KERNEL)?)

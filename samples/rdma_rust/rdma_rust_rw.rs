@@ -189,6 +189,13 @@ impl Client for RwSample {
             Ok(()) => pr_info!(
                 "{name}: rdma_rw: {LEN} bytes written, answered with SEND_WITH_INV, rkey revoked\n"
             ),
+            // iWARP connects QPs through rdma_cm only: kernel::rdma refuses one made by hand.
+            Err(e) if e == EOPNOTSUPP && dev.is_rnic() => {
+                pr_info!(
+                    "{name}: iWARP refuses a QP made by hand (EOPNOTSUPP): \
+                     rdma_cm connects them\n"
+                )
+            }
             Err(e) => pr_err!("{name}: rdma_rw exchange failed: {e:?}\n"),
         }
         Ok(KBox::new((), GFP_KERNEL)?)

@@ -145,6 +145,13 @@ impl Client for UdPingPong {
         let name = dev.name();
         match pingpong(dev) {
             Ok(n) => pr_info!("{name}: UD ping-pong: {n} of {ROUNDS} rounds of {LEN} bytes\n"),
+            // iWARP connects QPs through rdma_cm only: kernel::rdma refuses one made by hand.
+            Err(e) if e == EOPNOTSUPP && dev.is_rnic() => {
+                pr_info!(
+                    "{name}: iWARP refuses a QP made by hand (EOPNOTSUPP): \
+                     rdma_cm connects them\n"
+                )
+            }
             Err(e) => pr_err!("{name}: UD ping-pong failed: {e:?}\n"),
         }
         // Nothing is kept: every object of the exchange was dropped by `pingpong`.

@@ -375,12 +375,26 @@ impl Conn {
     /// error of its own: the peer's READ or WRITE broke a rule of this side's responder (an
     /// rkey it refuses), which moves the QP to the error state with nothing to report but
     /// the flushes. Nothing else would end the connection then: its receives are gone.
+    ///
+    /// Not so on iWARP, whose QP follows its TCP stream: a peer's close moves the QP to the
+    /// error state before rdma_cm reports the disconnect, and a broken rule reaches the peer
+    /// as a TERMINATE (its request fails) and closes the stream. Either way rdma_cm reports
+    /// the end, which ends the connection here.
     fn flushed(&self, what: &str) {
-        if !self.ended.load(Ordering::Acquire) && !self.run.stopping() {
-            self.fail(format_args!(
-                "{what} was flushed: the QP failed without an error of its own"
-            ));
+        if self.ended.load(Ordering::Acquire) || self.run.stopping() || self.is_iwarp() {
+            return;
         }
+        self.fail(format_args!(
+            "{what} was flushed: the QP failed without an error of its own"
+        ));
+    }
+
+    /// Whether the connection's QP is on an iWARP device (any context).
+    fn is_iwarp(&self) -> bool {
+        self.qp
+            .lock()
+            .as_ref()
+            .is_some_and(|qp| qp.pd().device().is_rnic())
     }
 
     /// Marks the connection ended before its QP is moved to the error state (process

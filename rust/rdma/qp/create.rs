@@ -34,8 +34,13 @@ impl Qp<Reset> {
     ///   CQ overrun is fatal).
     /// - `EAGAIN` in atomic context.
     /// - `ENOMEM` when an allocation fails (the core's MR pool for `rdma_ctxs` included).
-    /// - `EOPNOTSUPP` when the device cannot create kernel QPs.
+    /// - `EOPNOTSUPP` on an iWARP device ([`Device::is_rnic`]), whose QPs are made and
+    ///   connected by the connection manager ([`CmId::create_qp`]), or when the device cannot
+    ///   create kernel QPs.
     /// - Otherwise what the driver's `create_qp` returns.
+    ///
+    /// [`Device::is_rnic`]: crate::rdma::device::Device::is_rnic
+    /// [`CmId::create_qp`]: crate::rdma::cm::CmId::create_qp
     pub fn new(
         pd: &Arc<Pd>,
         qp_type: QpType,
@@ -167,6 +172,10 @@ fn create(
         &mut bindings::ib_qp_init_attr,
     ) -> Result<*mut bindings::ib_qp>,
 ) -> Result<Deferred<QpInner>> {
+    // iWARP: RC only, connected by the connection manager alone.
+    if pd.device().is_rnic() && (qp_type != QpType::Rc || on.is_none()) {
+        return Err(EOPNOTSUPP);
+    }
     let attrs = pd.device().attrs();
     let max_send_sge = attrs.max_send_sge().min(crate::rdma::dma::MAX_SGE as u32);
     check_queue(pd, caps.send_depth, caps.send_sge, max_send_sge)?;

@@ -128,6 +128,8 @@ pub struct SendOps<'a> {
     sges: FixedVec<bindings::ib_sge, MAX_SGE>,
     /// An operation that only iWARP has (READ with invalidate) is in the list.
     iwarp_only: bool,
+    /// An atomic operation is in the list.
+    atomics: bool,
     _p: PhantomData<&'a mut ()>,
 }
 
@@ -166,6 +168,7 @@ impl<'a> SendOps<'a> {
             ops: FixedVec::new(),
             sges: FixedVec::new(),
             iwarp_only: false,
+            atomics: false,
             _p: PhantomData,
         }
     }
@@ -304,9 +307,13 @@ impl<'a> SendOps<'a> {
 
     /// `EINVAL` unless the operations fit `qp`: at least one, inline sends within its
     /// `max_inline`, lists within its `send_sge`, UD sends on UD and RDMA or atomics on RC only,
-    /// chains prepared for this very QP; `EOPNOTSUPP` for an iWARP operation on another port.
+    /// chains prepared for this very QP; `EOPNOTSUPP` for an iWARP operation on another port,
+    /// or an atomic one on a device without atomics (iWARP's).
     pub(crate) fn check(&self, qp: &QpInner) -> Result {
-        if self.iwarp_only && !qp.pd().device().is_iwarp(qp.port) {
+        let dev = qp.pd().device();
+        if (self.iwarp_only && !dev.is_iwarp(qp.port))
+            || (self.atomics && !dev.attrs().has_atomics())
+        {
             return Err(EOPNOTSUPP);
         }
         let ud = qp.qp_type == QpType::Ud;

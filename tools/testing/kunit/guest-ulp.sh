@@ -578,6 +578,11 @@ ulp_cm() {
 	check ulp_client_to_rping_server ulp_cm_ping_rping 10.77.0.1 7202 100 64
 	check ulp_client_to_ulp_server_rc ulp_cm_pair 10.77.0.1 7203 rc 300 4096
 	check ulp_client_to_ulp_server_ud ulp_cm_pair 10.77.0.1 7204 ud 300 1024
+	# The same RC rows on soft-iWARP (siw0, veth2's address): rdma_cm over
+	# iw_cm, TCP underneath.
+	check siw_rping_client_to_ulp_server ulp_cm_serve_rping 10.77.2.1 7221 100 64 4096
+	check siw_ulp_client_to_rping_server ulp_cm_ping_rping 10.77.2.1 7222 100 64
+	check siw_ulp_client_to_ulp_server_rc ulp_cm_pair 10.77.2.1 7223 rc 300 4096
 	check ulp_multicast_two_receivers ulp_cm_mcast
 	check no_listener_rejected ulp_cm_refused
 	check no_host_unreachable ulp_cm_unreachable

@@ -24,7 +24,7 @@ BINARIES=(/bin/ip /usr/bin/rdma /usr/bin/rping /usr/bin/udaddy /usr/bin/ucmatose
 	/usr/bin/ib_write_lat
 	/usr/bin/ibv_devinfo /usr/bin/ibv_devices /usr/bin/ibv_rc_pingpong /usr/bin/ibv_ud_pingpong
 	/sbin/mke2fs /sbin/e2fsck)
-PROVIDERS=(/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so)
+PROVIDERS=(/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so /usr/lib/x86_64-linux-gnu/libibverbs/libsiw-rdmav34.so)
 # Loaded with dlopen (not seen by ldd): the verbs provider, and libgcc_s for
 # pthread_cancel at exit (rping aborts without it).
 EXTRA_LIBS=(/lib/x86_64-linux-gnu/libgcc_s.so.1)
@@ -46,7 +46,7 @@ for b in "${BINARIES[@]}"; do
 	cp -L "$b" "$root/usr/bin/"
 done
 copy_with_parents "${PROVIDERS[@]}" "${EXTRA_LIBS[@]}" $(libs_of "${BINARIES[@]}" "${PROVIDERS[@]}")
-copy_with_parents /etc/libibverbs.d/rxe.driver
+copy_with_parents /etc/libibverbs.d/rxe.driver /etc/libibverbs.d/siw.driver
 echo 'root:x:0:0:root:/root:/bin/sh' > "$root/etc/passwd"
 echo 'root:x:0:' > "$root/etc/group"
 printf '127.0.0.1 localhost\n' > "$root/etc/hosts"

@@ -353,6 +353,7 @@ impl<'a> SendOps<'a> {
         wr.atomic.rkey = remote.rkey;
         wr.atomic.compare_add = add_or_cmp;
         wr.atomic.swap = swap;
+        self.atomics = true;
         Ok(self)
     }
 
@@ -365,7 +366,7 @@ impl<'a> SendOps<'a> {
     /// `EINVAL` when `remote.addr` or `offset` is not a multiple of 8, the 8 bytes at `offset` are
     /// not inside `result`, `result` is mapped for another PD than the QP's, or the request is full
     /// ([`MAX_OPS`] operations, [`MAX_SGE`] pieces). A UD QP refuses the operation when posting
-    /// ([`Qp::post_send`]).
+    /// ([`Qp::post_send`]), and so does a device without atomics (iWARP's), with `EOPNOTSUPP`.
     ///
     /// [`Qp::post_send`]: crate::rdma::qp::Qp::post_send
     /// [`MAX_OPS`]: crate::rdma::wr::MAX_OPS

@@ -124,17 +124,20 @@ bool rdma_kunit_bh_disabled(void)
 	return in_softirq();
 }
 
-#define RDMA_KUNIT_CASE(fn)						\
+/* A case; its -ENODEV (no device it needs) is a skip that says how to make one. */
+#define RDMA_KUNIT_CASE_NEEDS(fn, needs)				\
 	int fn(void);							\
 	static void fn##_case(struct kunit *test)			\
 	{								\
 		int ret = fn();						\
 		if (ret == -ENODEV)					\
-			kunit_skip(test, "no rxe device: create one with "	\
-				   "'rdma link add rxe0 type rxe netdev eth0'"); \
+			kunit_skip(test, needs);			\
 		KUNIT_EXPECT_EQ_MSG(test, ret, 0,			\
 				    "%s failed; see the lines above", #fn); \
 	}
+#define RDMA_KUNIT_CASE(fn)						\
+	RDMA_KUNIT_CASE_NEEDS(fn, "no rxe device: create one with "	\
+			      "'rdma link add rxe0 type rxe netdev eth0'")
 
 RDMA_KUNIT_CASE(rdma_kunit_client_add_each_device)
 RDMA_KUNIT_CASE(rdma_kunit_client_unregister_removes_all)
@@ -318,5 +321,28 @@ static struct kunit_suite rdma_async_suite = {
 	.test_cases = rdma_async_cases,
 };
 
+/*
+ * iWARP (verbs/iwarp.rs): what kernel::rdma refuses on soft-iWARP's siw0, which
+ * the harness adds beside rxe0.
+ */
+#define RDMA_KUNIT_SIW_CASE(fn)						\
+	RDMA_KUNIT_CASE_NEEDS(fn, "no siw0 (or rxe0): create it with "	\
+			      "'rdma link add siw0 type siw netdev veth2'")
+
+RDMA_KUNIT_SIW_CASE(rdma_kunit_iwarp_transport)
+RDMA_KUNIT_SIW_CASE(rdma_kunit_iwarp_refusals)
+
+static struct kunit_case rdma_iwarp_cases[] = {
+	KUNIT_CASE(rdma_kunit_iwarp_transport_case),
+	KUNIT_CASE(rdma_kunit_iwarp_refusals_case),
+	{}
+};
+
+static struct kunit_suite rdma_iwarp_suite = {
+	.name = "rdma_iwarp",
+	.test_cases = rdma_iwarp_cases,
+};
+
 kunit_test_suites(&rdma_device_suite, &rdma_verbs_suite, &rdma_soundness_suite,
-		  &rdma_storage_suite, &rdma_async_suite, &rdma_client_suite);
+		  &rdma_storage_suite, &rdma_async_suite, &rdma_client_suite,
+		  &rdma_iwarp_suite);

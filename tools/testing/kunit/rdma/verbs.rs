@@ -39,6 +39,7 @@ mod ctor;
 mod data;
 mod faults;
 mod invalidate;
+mod iwarp;
 mod lifetimes;
 mod pool;
 mod query;
