@@ -182,8 +182,13 @@ impl Device {
 
     /// Whether the device is an iWARP RNIC (`RDMA_NODE_RNIC`: soft-iWARP, `siw`, is one). Its
     /// QPs are RC only, and only the connection manager connects them (iw_cm, over TCP): the
-    /// crate refuses a QP made by hand, a UD QP, a multicast join and, where the device has
-    /// none (`siw`), atomic operations, each with `EOPNOTSUPP` and before the driver is called.
+    /// crate refuses a QP made by hand, a UD QP, a multicast join, immediate data and, where
+    /// the device has none (`siw`), atomic operations, each with `EOPNOTSUPP` and before the
+    /// driver is called.
+    ///
+    /// A ULP should know one more difference: an iWARP QP follows its TCP stream, so a peer's
+    /// close moves it to the error state, and flushes its requests, before rdma_cm reports the
+    /// disconnect. A flush there is no sign that the QP failed on its own.
     pub fn is_rnic(&self) -> bool {
         // SAFETY: `self.as_raw()` is valid (invariant); `node_type` is fixed at registration.
         let node = unsafe { (*self.as_raw()).node_type };

@@ -130,6 +130,8 @@ pub struct SendOps<'a> {
     iwarp_only: bool,
     /// An atomic operation is in the list.
     atomics: bool,
+    /// An operation with immediate data (which iWARP has not) is in the list.
+    imm: bool,
     _p: PhantomData<&'a mut ()>,
 }
 
@@ -169,6 +171,7 @@ impl<'a> SendOps<'a> {
             sges: FixedVec::new(),
             iwarp_only: false,
             atomics: false,
+            imm: false,
             _p: PhantomData,
         }
     }
@@ -308,10 +311,13 @@ impl<'a> SendOps<'a> {
     /// `EINVAL` unless the operations fit `qp`: at least one, inline sends within its
     /// `max_inline`, lists within its `send_sge`, UD sends on UD and RDMA or atomics on RC only,
     /// chains prepared for this very QP; `EOPNOTSUPP` for an iWARP operation on another port,
-    /// or an atomic one on a device without atomics (iWARP's).
+    /// immediate data on an iWARP port, or an atomic operation on a device without atomics
+    /// (iWARP's).
     pub(crate) fn check(&self, qp: &QpInner) -> Result {
         let dev = qp.pd().device();
-        if (self.iwarp_only && !dev.is_iwarp(qp.port))
+        let iwarp = dev.is_iwarp(qp.port);
+        if (self.iwarp_only && !iwarp)
+            || (self.imm && iwarp)
             || (self.atomics && !dev.attrs().has_atomics())
         {
             return Err(EOPNOTSUPP);

@@ -46,6 +46,7 @@ PEER_TOOL = {
     "lat_send": "ib_send_lat",
     "lat_write": "ib_write_lat",
     "rping": "rping -s/-c",
+    "rping_siw": "rping -s/-c on siw0",
     "cross_send": "ib_send_bw",
     "cross_write": "ib_write_bw",
     "nvmf": "nvmet-rdma (fio)",

@@ -20,6 +20,8 @@
 # the CSV and the chart. Sourced by guest-init.sh, whose helpers it uses.
 
 BENCH_ADDR=10.77.0.1
+# siw0's (veth2): the rping cases on soft-iWARP.
+BENCH_SIW_ADDR=10.77.2.1
 bench_say() { echo "rdmabench: $*" > /dev/console; }
 
 # Busy time of every CPU since boot, in USER_HZ ticks (10 ms): user, nice,
@@ -156,17 +158,17 @@ perf_run() {
 		END { if (!ok) { print "perftest reported no figure, or 0" > "/dev/stderr"; exit 2 } }'
 }
 
-# rping_time PORT SIZE COUNT [-V]: rping server and client over rdma_cm;
+# rping_time ADDR PORT SIZE COUNT [-V]: rping server and client over rdma_cm on ADDR;
 # prints the client's wall time in ms. rping's client exits 255 when its CM
 # thread reads the event channel its main thread has just destroyed at the
 # end of a run ("rdma_get_cm_event: Bad file descriptor", rdma-core's
 # teardown race): that pair runs once more, and the report says so; any
 # other failure fails the case.
 rping_time() {
-	local port=$1 size=$2 n=$3 try
-	shift 3
+	local addr=$1 port=$2 size=$3 n=$4 try
+	shift 4
 	for try in 1 2; do
-		if rping_pair $BENCH_ADDR "$port" "$n" "$size" "$@" > /tmp/rping-pair 2>&1; then
+		if rping_pair "$addr" "$port" "$n" "$size" "$@" > /tmp/rping-pair 2>&1; then
 			echo "$RPING_MS"
 			return 0
 		fi
@@ -189,14 +191,14 @@ ulp_timed() {
 		"$(ulp_stat "$id" lat_p99_us) $(ulp_stat "$id" received) $(ulp_stat "$id" lost)"
 }
 
-# ulp_rping_time PORT SIZE COUNT [validate=1]: the ULP's rping-protocol
-# client against its own server; prints the client's wall time in ms.
+# ulp_rping_time ADDR PORT SIZE COUNT [validate=1]: the ULP's rping-protocol
+# client against its own server on ADDR; prints the client's wall time in ms.
 ulp_rping_time() {
-	local port=$1 size=$2 n=$3 val=${4:-validate=0} t0 t1 sid rc
-	ulp_ctl start cm=server addr=$BENCH_ADDR port="$port" count="$n" $val || return 1
+	local addr=$1 port=$2 size=$3 n=$4 val=${5:-validate=0} t0 t1 sid rc
+	ulp_ctl start cm=server addr="$addr" port="$port" count="$n" $val || return 1
 	sid=$(ulp_last_id)
 	t0=$(uptime_ms)
-	ulp_ctl start cm=client addr=$BENCH_ADDR port="$port" size="$size" count="$n" $val wait=1
+	ulp_ctl start cm=client addr="$addr" port="$port" size="$size" count="$n" $val wait=1
 	rc=$?
 	t1=$(uptime_ms)
 	ulp_ctl stop id="$sid"
@@ -232,6 +234,8 @@ lat_send_64 lat lat_send 64
 lat_write_64 lat lat_write 64
 rping_64 rt rping 64
 rping_4k rt rping 4096
+rping_64_siw rt rping_siw 64
+rping_4k_siw rt rping_siw 4096
 "
 # The size sweep (the chart): SEND and WRITE, 64 B to 1 MiB; sizes the cases
 # above already cover are not run twice.
@@ -282,7 +286,8 @@ bench_exec() {
 	depth=$(bench_depth "$size")
 	if [ "$side" = ulp ]; then
 		case $op in
-		rping) ulp_rping_time $port "$size" "$n" ;;
+		rping) ulp_rping_time $BENCH_ADDR $port "$size" "$n" ;;
+		rping_siw) ulp_rping_time $BENCH_SIW_ADDR $port "$size" "$n" ;;
 		*) ulp_timed $(ulp_args "$op" "$size" "$depth") count="$n" ;;
 		esac
 		return
@@ -298,7 +303,8 @@ bench_exec() {
 	rc_read) PERF_EVENTS=$ev perf_run ib_read_bw $port "$size" "$n" "$depth" -o "$depth" $(peer_cfg_args $cfg) ;;
 	lat_send) perf_run ib_send_lat $port "$size" "$n" 1 ;;
 	lat_write) perf_run ib_write_lat $port "$size" "$n" 1 ;;
-	rping) rping_time $port "$size" "$n" ;;
+	rping) rping_time $BENCH_ADDR $port "$size" "$n" ;;
+	rping_siw) rping_time $BENCH_SIW_ADDR $port "$size" "$n" ;;
 	esac
 }
 
@@ -323,7 +329,7 @@ bench_fixed() {
 		return 1
 	}
 	local ticks=$(( $(cpu_ticks) - c0 ))
-	[ "$op" != rping ] || ms=$out
+	case $op in rping*) ms=$out ;; esac
 	echo "$ticks $ms" > /tmp/fixed-$case-$side-$cfg
 	bench_say "fixed case=$case side=$side cfg=$cfg msgs=$BENCH_FIXED_N ticks=$ticks ms=$ms"
 }
@@ -394,10 +400,12 @@ bench_check() {
 	depth=$(bench_depth "$size")
 	[ "$size" -le 65536 ] || n=32
 	case $op in
-	rping)
+	rping | rping_siw)
+		local a=$BENCH_ADDR
+		[ $op = rping ] || a=$BENCH_SIW_ADDR
 		next_port; local p1=$BENCH_PORT
 		next_port; local p2=$BENCH_PORT
-		if rping_time $p1 "$size" 50 -V > /dev/null && ulp_rping_time $p2 "$size" 50 validate=1 > /dev/null; then
+		if rping_time $a $p1 "$size" 50 -V > /dev/null && ulp_rping_time $a $p2 "$size" 50 validate=1 > /dev/null; then
 			bench_say "check case=$case ok rping -V and the ULP validated 50 round trips each"
 		else
 			bench_say "check case=$case FAIL"
@@ -506,6 +514,7 @@ mode_bench() {
 	esac
 	setup_veths
 	load_rxe && add_rxe rxe0 veth0 || { bench_say "rxe setup failed"; return; }
+	setup_siw || { bench_say "siw setup failed"; return; }
 	insmod /lib/modules/extra/rdma_rust_ulp.ko || { bench_say "insmod failed"; return; }
 	bench_say "start rounds=$BENCH_ROUNDS bytes=$BENCH_BYTES quick=${BENCH_QUICK:-0} cpus=$(nproc) ulp_fast='${ULP_FAST-batch=8 (read: none)}' ulp_lat='$ULP_LAT'"
 	rdma_resources_but_pool > /tmp/res-before

@@ -606,6 +606,24 @@ hst_target_rows() {
 	nvmt_check "${t}_disconnect_disks_gone" hst_disconnect "$n"
 	[ -n "$host_gate" ] || hst_disconnect_all > /dev/null 2>&1
 
+	# Over soft-iWARP, against nvmet-rdma (rdma_nvmet_rust has the stock
+	# host on the Rust target there): a second port of the target on siw0's
+	# address; data verified at depth 32 and in 128 KiB blocks.
+	if [ "$t" = c ]; then
+	nvmt_gate=$tgt_gate
+	nvmt_check "${t}_siw_port_added" tgt_siw_port "$root" "$nqn" 2 "$svc" 1
+	nvmt_gate=${host_gate:-$tgt_gate}
+	nvmt_check "${t}_siw_connect" hst_connect "$(hst_opts $NVMT_SIW_ADDR "$svc" "$nqn"),nr_io_queues=$HST_QUEUES,queue_size=$HST_DEPTH,keep_alive_tmo=5,hostnqn=$HST_HOSTNQN,hostid=$HST_HOSTID" ||
+		nvmt_gate=${nvmt_gate:-"no controller over siw0 (row ${t}_siw_connect)"}
+	n=$hst_inst
+	nvmt_check "${t}_siw_fio_randwrite_4k_qd32_verify" nvmt_fio_dev "/dev/rnvme${n}n2" randwrite 4k 32 1m
+	nvmt_check "${t}_siw_fio_write_128k_verify" nvmt_fio_dev "/dev/rnvme${n}n1" write 128k 8 2m
+	nvmt_check "${t}_siw_disconnect" hst_disconnect "$n"
+	[ -n "$host_gate" ] || hst_disconnect_all > /dev/null 2>&1
+	nvmt_gate=$tgt_gate
+	nvmt_check "${t}_siw_port_removed" tgt_siw_port "$root" "$nqn" 2 "$svc" 0
+	fi
+
 	# Error recovery: the port taken away under I/O and given back within
 	# ctrl_loss_tmo (the I/O goes on, verified), then for good (it fails).
 	nvmt_gate=${host_gate:-$tgt_gate}

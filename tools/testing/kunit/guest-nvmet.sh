@@ -23,6 +23,8 @@ FIO=/usr/bin/fio
 CFS=/sys/kernel/config
 NVMT_RUST_KO=/lib/modules/extra/rdma_rust_nvmet.ko
 NVMT_ADDR=10.77.0.1
+# soft-iWARP's: siw0 on veth2 (guest-init.sh's setup_siw).
+NVMT_SIW_ADDR=10.77.2.1
 # The namespace: 32 MiB of RAM (brd's, or the Rust target's own).
 NVMT_SIZE=$((32 * 1024 * 1024))
 NVMT_SERIAL=rdmatest0042
@@ -103,6 +105,17 @@ tgt_port() {
 tgt_setup() {
 	tgt_subsys "$1" "$2" "$6" "${7:-1}" && tgt_port "$1" "$3" "$4" "$5" &&
 		ln -s "$1/subsystems/$2" "$1/ports/$3/subsystems/$2"
+}
+
+# tgt_siw_port ROOT NQN PORT_ID SVCID ON: subsystem NQN also served on port
+# PORT_ID at siw0's address and SVCID (ON 1: iw_cm listens, TCP underneath),
+# or that port gone again (ON 0).
+tgt_siw_port() {
+	if [ "$5" = 1 ]; then
+		tgt_port "$1" "$3" $NVMT_SIW_ADDR "$4" && ln -s "$1/subsystems/$2" "$1/ports/$3/subsystems/$2"
+	else
+		rm "$1/ports/$3/subsystems/$2" && rmdir "$1/ports/$3"
+	fi
 }
 
 # tgt_allow_only ROOT NQN HOSTNQN: subsystem NQN allows HOSTNQN and no other.
@@ -498,8 +511,24 @@ nvmt_target_suite() {
 	nvmt_check namespace_added_host_sees_it nvmt_ns_notice "$root" "$nqn" 1
 	nvmt_check namespace_removed_host_drops_it nvmt_ns_notice "$root" "$nqn" 0
 	nvmt_check disconnect_device_gone nvmt_disconnect "$nqn"
-	nvmt_check host_logged_no_errors nvmt_host_quiet
 	$NVME disconnect-all > /dev/null 2>&1
+	# The stock host on the Rust target over soft-iWARP (rdma_nvme_host has
+	# the Rust host on nvmet-rdma there): a second port on siw0's address;
+	# data verified at depth 32 and in 128 KiB blocks (the target reads those
+	# from the host: on iWARP through an MR, rdma_rw's way).
+	if [ "$(tgt_kind "$root")" = rust ]; then
+	nvmt_gate=$tgt_gate
+	nvmt_check siw_port_added tgt_siw_port "$root" "$nqn" 2 "$svc" 1
+	nvmt_check siw_connect nvmt_connect "$nqn" $NVMT_SIW_ADDR "$svc" ||
+		nvmt_gate=${nvmt_gate:-"no controller over siw0 (row siw_connect)"}
+	nvmt_check siw_fio_randwrite_4k_qd32_verify nvmt_fio "$nqn" randwrite 4k 32 1m
+	nvmt_check siw_fio_write_128k_verify nvmt_fio "$nqn" write 128k 8 2m
+	nvmt_check siw_disconnect_device_gone nvmt_disconnect "$nqn"
+	$NVME disconnect-all > /dev/null 2>&1
+	nvmt_gate=$tgt_gate
+	nvmt_check siw_port_removed tgt_siw_port "$root" "$nqn" 2 "$svc" 0
+	fi
+	nvmt_check host_logged_no_errors nvmt_host_quiet
 	nvmt_gate=$tgt_gate
 	nvmt_check teardown_leaves_nothing tgt_teardown "$root"
 	nvmt_check rdma_resources_back nvmt_resources_back

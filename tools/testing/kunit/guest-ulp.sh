@@ -516,19 +516,22 @@ ulp_cm_too_big() {
 	ulp_ctl stop id="$sid"
 	since_mark | grep -q 'rejected the connection: it takes buffers up to 1024 bytes' || { since_mark; return 1; }
 }
-# ulp_cm_link_delete: `rdma link delete` under an established connection (both
-# ends on rxe1): both runs stop and free everything from remove(), promptly.
+# ulp_cm_link_delete TYPE DEV NETDEV ADDR PORT: `rdma link delete DEV` under an
+# established connection (both ends on DEV, at ADDR): both runs stop and free
+# everything from remove(), promptly; DEV (of TYPE, on NETDEV) comes back and
+# carries a connection again (PORT + 1).
 ulp_cm_link_delete() {
-	ulp_ctl start cm=server addr=10.77.1.1 port=7207 || return 1
-	ulp_ctl start cm=client addr=10.77.1.1 port=7207 count=1000000000 || return 1
+	local type=$1 dev=$2 ndev=$3 a=$4 p=$5 id
+	ulp_ctl start cm=server addr="$a" port="$p" || return 1
+	ulp_ctl start cm=client addr="$a" port="$p" count=1000000000 || return 1
 	id=$(ulp_last_id)
 	sleep 1
 	[ "$(ulp_stat "$id" messages)" -gt 0 ] || { ulp_row "$id"; echo "no pings yet"; return 1; }
 	mark
-	timeout 30 rdma link delete rxe1 || { echo "rdma link delete failed"; return 1; }
-	since_mark | grep -q "rdma_rust_ulp: rxe1: detached (2 runs stopped)" || { since_mark; return 1; }
-	add_rxe rxe1 veth1 || { echo "rxe1 did not come back"; return 1; }
-	ulp_cm_pair 10.77.1.1 7208 rc 50 256
+	timeout 30 rdma link delete "$dev" || { echo "rdma link delete failed"; return 1; }
+	since_mark | grep -q "rdma_rust_ulp: $dev: detached (2 runs stopped)" || { since_mark; return 1; }
+	add_link "$type" "$dev" "$ndev" || { echo "$dev did not come back"; return 1; }
+	ulp_cm_pair "$a" $((p + 1)) rc 50 256
 }
 # ulp_cm_server_stops: the server run is stopped under a connected client (both
 # ends on rxe1): the client's run ends with the error, and the client answers
@@ -588,7 +591,8 @@ ulp_cm() {
 	check no_host_unreachable ulp_cm_unreachable
 	check oversize_rejected_with_reason ulp_cm_too_big
 	check server_stop_answered_at_once ulp_cm_server_stops
-	check link_delete_under_connection ulp_cm_link_delete
+	check link_delete_under_connection ulp_cm_link_delete rxe rxe1 veth1 10.77.1.1 7207
+	check siw_link_delete_under_connection ulp_cm_link_delete siw siw1 veth3 10.77.3.1 7225
 	check rmmod timeout 30 rmmod rdma_rust_ulp
 	check resources_released resources_as_before
 	suite_end

@@ -444,12 +444,21 @@ tree = json.load(open(sys.argv[1]))
 known = {l.strip() for l in open(sys.argv[2]) if l.strip() and not l.startswith('#')}
 passed = failed = skipped = 0
 known_failed, our_skips, failures = [], [], []
+# Which provider a row ran on: soft-iWARP's rows name siw or iWARP (their
+# suite or themselves); every other row of an RDMA suite is soft-RoCE's (the
+# doctests run before any device, the VM and kernel-log rows are the guest's).
+providers = {'siw': {}, 'rxe': {}}
+def no_device(suite):
+    return suite.startswith('rust_doctests') or suite.endswith(('_kernel_log', '_vm'))
 def walk(group, suite):
     global passed, failed, skipped
     for sub in group.get('sub_groups', []):
         walk(sub, sub['name'])
     for case in group.get('test_cases', []):
         name, status = case['name'], case['status']
+        on = 'siw' if any(w in f'{suite}.{name}'.lower() for w in ('siw', 'iwarp')) else 'rxe'
+        if not no_device(suite):
+            providers[on][suite] = providers[on].get(suite, 0) + 1
         if status == 'PASS':
             passed += 1
         elif status == 'SKIP':
@@ -468,6 +477,11 @@ for k in known_failed:
     print(f'known upstream failure (not ours; neither passed nor failed): {k}')
 for s in our_skips:
     print(f'SKIPPED (the harness must provide what it needs): {s}')
+for on, what in (('rxe', 'soft-RoCE (rxe0, rxe1)'), ('siw', 'soft-iWARP (siw0, siw1)')):
+    suites = providers[on]
+    if suites:
+        print(f'on {what}: {sum(suites.values())} rows: ' +
+              ', '.join(f'{k} {v}' for k, v in sorted(suites.items()) if k))
 # A skip of ours is a failure (the harness must provide what a case needs).
 failed += len(our_skips)
 print(f'{skipped} skipped ({len(our_skips)} of them ours, counted as failed)')

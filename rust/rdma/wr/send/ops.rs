@@ -56,7 +56,8 @@ impl<'a> SendOps<'a> {
     ///
     /// `EINVAL` when `range` is empty or not inside `src`, `src` is mapped for another PD than the
     /// QP's, or the request is full ([`MAX_OPS`] operations, [`MAX_SGE`] pieces). What depends on
-    /// the QP is checked when posting ([`Qp::post_send`]).
+    /// the QP is checked when posting ([`Qp::post_send`]); an iWARP port refuses immediate
+    /// data there (`EOPNOTSUPP`: iWARP has none).
     ///
     /// [`Qp::post_send`]: crate::rdma::qp::Qp::post_send
     /// [`MAX_OPS`]: crate::rdma::wr::MAX_OPS
@@ -69,6 +70,7 @@ impl<'a> SendOps<'a> {
     ) -> Result<&mut Self> {
         let wr = self.gathering(bindings::ib_wr_opcode_IB_WR_SEND_WITH_IMM, src, range)?;
         wr.send.ex.imm_data = imm.to_be();
+        self.imm = true;
         Ok(self)
     }
 
@@ -293,7 +295,8 @@ impl<'a> SendOps<'a> {
     ///
     /// # Errors
     ///
-    /// Those of [`SendOps::write`].
+    /// Those of [`SendOps::write`]; an iWARP port refuses immediate data when posting
+    /// (`EOPNOTSUPP`: iWARP has none).
     pub fn write_imm<M: Gather + ?Sized>(
         &mut self,
         src: &'a M,
@@ -304,6 +307,7 @@ impl<'a> SendOps<'a> {
         let wr = self.gathering(bindings::ib_wr_opcode_IB_WR_RDMA_WRITE_WITH_IMM, src, range)?;
         set_remote(wr, remote);
         wr.send.ex.imm_data = imm.to_be();
+        self.imm = true;
         Ok(self)
     }
 

@@ -331,10 +331,12 @@ static struct kunit_suite rdma_async_suite = {
 
 RDMA_KUNIT_SIW_CASE(rdma_kunit_iwarp_transport)
 RDMA_KUNIT_SIW_CASE(rdma_kunit_iwarp_refusals)
+RDMA_KUNIT_SIW_CASE(rdma_kunit_iwarp_cm_pair)
 
 static struct kunit_case rdma_iwarp_cases[] = {
 	KUNIT_CASE(rdma_kunit_iwarp_transport_case),
 	KUNIT_CASE(rdma_kunit_iwarp_refusals_case),
+	KUNIT_CASE(rdma_kunit_iwarp_cm_pair_case),
 	{}
 };
 

@@ -1,12 +1,18 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! iWARP (soft-iWARP, `siw0` on the harness's veth2): what the crate refuses on a device of that
-//! transport, with `EOPNOTSUPP` and before the driver is called: a QP made by hand (only the
-//! connection manager connects an iWARP QP), a UD QP, a multicast join. A case returns
-//! `ENODEV` without `siw0`, a visible skip that `make test` counts as a failure.
+//! transport, with `EOPNOTSUPP` and before the driver is called (a QP made by hand, since only
+//! the connection manager connects an iWARP QP; a UD QP; a multicast join; atomics; immediate
+//! data), and what works there on a pair the connection manager connected: SEND, RDMA WRITE,
+//! RDMA READ and READ with invalidate. A case returns `ENODEV` without `siw0`, a visible skip
+//! that `make test` counts as a failure.
 
 use super::*;
-use kernel::rdma::cm::{CmId, Event as CmEvent, Handler, Id, PortSpace, SockAddrV4};
+use kernel::{
+    new_mutex,
+    rdma::cm::{CmId, ConnParam, Event as CmEvent, Handler, Id, PortSpace, SockAddrV4},
+    sync::Mutex,
+};
 
 fn siw0() -> Result<ARef<Device>> {
     Device::get_by_name(c_str!("siw0")).ok_or(ENODEV)
@@ -78,5 +84,261 @@ extern "C" fn rdma_kunit_iwarp_refusals() -> c_int {
         let rcq = Cq::new(&rxe, 64, 0, PollContext::Direct)?;
         Qp::new(&rpd, QpType::Rc, &rcq, &rcq, &caps)?;
         Ok(())
+    })())
+}
+
+/// What the ids of [`CmPair`] saw, for the case's thread.
+#[derive(Default)]
+struct Seen {
+    addr: bool,
+    route: bool,
+    established: u32,
+    failed: Option<Error>,
+    /// The PD and CQ the server side's QP is made on.
+    res: Option<(Arc<Pd>, Arc<Cq>)>,
+    /// The id the listener took, with its QP, until the case takes them.
+    child: Option<(CmId<Ev>, Qp<Init>)>,
+}
+
+#[pin_data]
+struct Shared {
+    #[pin]
+    seen: Mutex<Seen>,
+}
+
+/// The handler of every id of a [`CmPair`]: it records, and on a request takes the id, makes
+/// its QP and accepts.
+struct Ev(Arc<Shared>);
+
+impl Ev {
+    fn accept(&self, req: kernel::rdma::cm::Request<'_, Self>) -> Result {
+        let (pd, cq) = self.0.seen.lock().res.clone().ok_or(EINVAL)?;
+        let child = req.take(Ev(self.0.clone()))?;
+        let qp = child.create_qp(&pd, &cq, &cq, &QpCaps::default())?;
+        child.accept(&ConnParam {
+            responder_resources: 4,
+            initiator_depth: 4,
+            ..ConnParam::default()
+        })?;
+        self.0.seen.lock().child = Some((child, qp));
+        Ok(())
+    }
+}
+
+impl Handler for Ev {
+    fn event(&self, _id: &Id, event: CmEvent<'_, Self>) {
+        let failed = match event {
+            CmEvent::AddrResolved => {
+                self.0.seen.lock().addr = true;
+                None
+            }
+            CmEvent::RouteResolved => {
+                self.0.seen.lock().route = true;
+                None
+            }
+            CmEvent::ConnectRequest(req) => self.accept(req).err(),
+            CmEvent::Established { .. } => {
+                self.0.seen.lock().established += 1;
+                None
+            }
+            CmEvent::AddrError(e)
+            | CmEvent::RouteError(e)
+            | CmEvent::ConnectError(e)
+            | CmEvent::Unreachable(e) => Some(e),
+            CmEvent::Rejected { .. } => Some(ECONNREFUSED),
+            _ => None,
+        };
+        if let Some(e) = failed {
+            pr_err!("iwarp pair: connection manager: {e:?}\n");
+            self.0.seen.lock().failed.get_or_insert(e);
+        }
+    }
+}
+
+/// Waits up to `ms` for `done` to hold of what the ids saw.
+fn wait_seen(sh: &Shared, ms: u32, what: &str, done: impl Fn(&Seen) -> bool) -> Result {
+    for _ in 0..ms / 10 {
+        {
+            let seen = sh.seen.lock();
+            if let Some(e) = seen.failed {
+                return Err(e);
+            }
+            if done(&seen) {
+                return Ok(());
+            }
+        }
+        msleep(10);
+    }
+    pr_err!("iwarp pair: no {what} within {ms} ms\n");
+    Err(ETIMEDOUT)
+}
+
+/// An RC pair the connection manager connected on siw0 (client `a` to server `b`, both at
+/// [`SIW0_ADDR`], iw_cm over TCP underneath). The QPs go first: each holds its id.
+struct CmPair {
+    a: Qp<Rts>,
+    b: Qp<Rts>,
+    _child: CmId<Ev>,
+    _client: CmId<Ev>,
+    _listener: CmId<Ev>,
+    pd: Arc<Pd>,
+}
+
+fn cm_pair(dev: &Device, port: u16) -> Result<CmPair> {
+    let sh = Arc::pin_init(
+        pin_init!(Shared {
+            seen <- new_mutex!(Seen::default(), "rdma_kunit_iwarp_seen"),
+        }),
+        GFP_KERNEL,
+    )?;
+    let pd = Pd::new(dev)?;
+    let cq = Cq::new(dev, 128, 0, PollContext::Softirq)?;
+    sh.seen.lock().res = Some((pd.clone(), cq.clone()));
+    let at = SockAddrV4 {
+        ip: SIW0_ADDR.ip,
+        port,
+    };
+    let listener = CmId::new(PortSpace::Tcp, Ev(sh.clone()))?;
+    listener.bind(at)?;
+    listener.listen(4)?;
+    let client = CmId::new(PortSpace::Tcp, Ev(sh.clone()))?;
+    client.resolve_addr(None, at, 2000)?;
+    wait_seen(&sh, 3000, "address", |s| s.addr)?;
+    client.resolve_route(2000)?;
+    wait_seen(&sh, 3000, "route", |s| s.route)?;
+    check!(
+        client.device().is_some_and(|d| d.is_rnic()),
+        "the client's id is not on siw0"
+    );
+    let qp = client.create_qp(&pd, &cq, &cq, &QpCaps::default())?;
+    client.connect(&ConnParam {
+        responder_resources: 4,
+        initiator_depth: 4,
+        ..ConnParam::default()
+    })?;
+    let up = wait_seen(&sh, 10_000, "connection", |s| s.established >= 2);
+    let taken = {
+        let mut seen = sh.seen.lock();
+        seen.res = None;
+        seen.child.take()
+    };
+    up?;
+    let (child, bqp) = taken.ok_or(EINVAL)?;
+    Ok(CmPair {
+        a: qp.established()?,
+        b: bqp.established()?,
+        _child: child,
+        _client: client,
+        _listener: listener,
+        pd,
+    })
+}
+
+/// On a pair rdma_cm connected on siw0: SEND, RDMA WRITE, RDMA READ (into plain memory, which
+/// siw allows, and with invalidate into a registered MR) move the data; an atomic and immediate
+/// data are refused at post with `EOPNOTSUPP`, nothing posted.
+#[no_mangle]
+extern "C" fn rdma_kunit_iwarp_cm_pair() -> c_int {
+    ret((|| {
+        let dev = siw0()?;
+        let p = cm_pair(&dev, 7231)?;
+        let pd = &p.pd;
+
+        let s = sink::<DmaBuf>()?;
+        post_recv(&p.b, &s, 64)?;
+        post_one(
+            &p.a,
+            filled(pd, 64, 1)?,
+            WcStatus::Success,
+            WcOpcode::Send,
+            |b, ops| {
+                ops.send(b, 0..64)?;
+                Ok(())
+            },
+        )?;
+        let mut got = s.wait(1)?;
+        let d = got.first_mut().ok_or(EINVAL)?;
+        check!(
+            d.status == WcStatus::Success && d.byte_len == 64 && matches(d.payload.as_slice(), 1),
+            "SEND over siw0: {:?}, {} bytes",
+            d.status,
+            d.byte_len
+        );
+
+        // The target of the WRITE and the source of the READs: an MR of b's, registered for
+        // both.
+        let mr = registered_mr(&p.b, 4096, 2, Access::REMOTE_WRITE | Access::REMOTE_READ)?;
+        let remote = mr.remote()?;
+        post_one(
+            &p.a,
+            filled(pd, 4096, 3)?,
+            WcStatus::Success,
+            WcOpcode::RdmaWrite,
+            |b, ops| {
+                ops.write(b, 0..4096, remote)?;
+                Ok(())
+            },
+        )?;
+        check!(
+            matches(&mr_bytes(&mr)?, 3),
+            "RDMA WRITE over siw0: data differs"
+        );
+        let mut d = post_one(
+            &p.a,
+            DmaBuf::new(pd, 4096, GFP_KERNEL)?,
+            WcStatus::Success,
+            WcOpcode::RdmaRead,
+            |b, ops| {
+                ops.read(b, 0..4096, remote)?;
+                Ok(())
+            },
+        )?;
+        check!(
+            matches(d.payload.as_slice(), 3),
+            "RDMA READ over siw0: data differs"
+        );
+
+        // READ with invalidate: the sink is a registered MR (remote write access, as iWARP
+        // wants of a READ's sink), invalidated by the READ's completion.
+        let sink_mr = registered_mr(&p.a, 4096, 0, Access::REMOTE_WRITE)?;
+        let d = post_one(
+            &p.a,
+            sink_mr,
+            WcStatus::Success,
+            WcOpcode::RdmaRead,
+            |m, ops| {
+                ops.read_inv(m, remote)?;
+                Ok(())
+            },
+        )?;
+        check!(
+            matches(&mr_bytes(&d.payload)?, 3),
+            "READ with invalidate over siw0: data differs"
+        );
+
+        // No atomics, no immediate data: refused before the driver sees them.
+        let s8 = sink::<DmaBuf>()?;
+        let r =
+            p.a.post_send(twr(DmaBuf::new(pd, 8, GFP_KERNEL)?, &s8)?, |t, ops| {
+                ops.fetch_add(&mut t.payload, 0, remote, 1)?;
+                Ok(())
+            });
+        check!(
+            r.as_ref().err().map(|e| e.err) == Some(EOPNOTSUPP),
+            "fetch_add on siw0 was not refused"
+        );
+        drop(r);
+        let r = p.a.post_send(twr(filled(pd, 64, 4)?, &s8)?, |t, ops| {
+            ops.send_imm(&t.payload, 0..64, 7)?;
+            Ok(())
+        });
+        check!(
+            r.as_ref().err().map(|e| e.err) == Some(EOPNOTSUPP),
+            "a SEND with immediate data on siw0 was not refused"
+        );
+        drop(r);
+        drop(mr);
+        drop(p);
+        leak_check()
     })())
 }
