@@ -266,6 +266,7 @@ blkb_pair() {
 		bench_say "resources back to where they were after the $what cases (but the core's CQ pool: $(pool_cqs) idle CQs)"
 	else
 		bench_say "fail case=${op}_resources: LEFT BEHIND by the $what cases: $(rdma resource show | tr '\n' ';')"
+		bench_say "note ${op}_resources: before $(tr '\n' ';' < /tmp/blkb-res) now $(rdma_resources_but_pool | tr '\n' ';')"
 		# Whose they are: each QP, PD and CQ with the module (comm) that made it.
 		bench_say "note ${op}_resources: $(rdma resource show qp | tr '\n' ';') $(rdma resource show pd | tr '\n' ';') $(rdma resource show cq | tr '\n' ';')"
 	fi

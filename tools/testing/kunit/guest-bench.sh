@@ -212,13 +212,15 @@ ulp_rping_time() {
 # without them.
 pool_cqs() { rdma resource show cq | grep -c ' users 0 .*comm \[ib_core\]'; }
 # Each device's line less that device's idle pool CQs (siw0 and siw1 sit
-# beside rxe0, whose pool it is).
+# beside rxe0, whose pool it is): the pool's CQs come first in one stream
+# as "pool DEV:" lines, then the devices' lines.
 rdma_resources_but_pool() {
-	rdma resource show cq | awk '/ users 0 .*comm \[ib_core\]/ {
-		for (i = 1; i < NF; i++) if ($i == "dev") n[$(i + 1) ":"]++ }
-		END { for (d in n) print d, n[d] }' > /tmp/pool-cqs
-	rdma_resources | awk 'NR == FNR { p[$1] = $2; next }
-		{ for (i = 1; i < NF; i++) if ($i == "cq") $(i + 1) -= p[$1]; print }' /tmp/pool-cqs -
+	{
+		rdma resource show cq | awk '/ users 0 .*comm \[ib_core\]/ {
+			for (i = 1; i < NF; i++) if ($i == "dev") print "pool", $(i + 1) ":" }'
+		rdma_resources
+	} | awk '$1 == "pool" { p[$2]++; next }
+		{ for (i = 1; i < NF; i++) if ($i == "cq") $(i + 1) -= p[$1]; print }'
 }
 resources_but_pool_same_as() { rdma_resources_but_pool | cmp -s - "$1"; }
 
