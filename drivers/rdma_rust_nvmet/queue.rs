@@ -345,17 +345,15 @@ impl Queue {
         self.ctrl.lock().clone()
     }
 
-    /// `what` came back with `wc`'s error: the connection ends (a flush of ours is no news).
-    ///
-    /// On iWARP a flush is no news either: the QP follows its TCP stream, so a host's close
-    /// flushes the receives before rdma_cm reports the disconnect (which ends the queue), and
-    /// a rule broken reaches the host as a TERMINATE and closes the stream too.
+    /// `what` came back with `wc`'s error: the connection ends. A flush of ours is no news,
+    /// nor one on a device that flushes before rdma_cm reports the host's close (iWARP): the
+    /// disconnect ends the queue there.
     fn failed(&self, wc: &Wc, what: &str) {
         match wc.status() {
             WcStatus::WrFlushErr
                 if self.ending.load(Ordering::Acquire)
                     || self.broken.load(Ordering::Acquire)
-                    || self.pd.device().is_rnic() => {}
+                    || self.pd.device().flush_may_precede_disconnect() => {}
             WcStatus::WrFlushErr => self.protocol_error(format_args!(
                 "{what} was flushed: the QP failed without an error of its own"
             )),

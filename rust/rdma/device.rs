@@ -184,15 +184,27 @@ impl Device {
     /// QPs are RC only, and only the connection manager connects them (iw_cm, over TCP): the
     /// crate refuses a QP made by hand, a UD QP, a multicast join, immediate data and, where
     /// the device has none (`siw`), atomic operations, each with `EOPNOTSUPP` and before the
-    /// driver is called.
-    ///
-    /// A ULP should know one more difference: an iWARP QP follows its TCP stream, so a peer's
-    /// close moves it to the error state, and flushes its requests, before rdma_cm reports the
-    /// disconnect. A flush there is no sign that the QP failed on its own.
+    /// driver is called. How its QPs end differs too: see
+    /// [`Device::flush_may_precede_disconnect`].
     pub fn is_rnic(&self) -> bool {
         // SAFETY: `self.as_raw()` is valid (invariant); `node_type` is fixed at registration.
         let node = unsafe { (*self.as_raw()).node_type };
         u32::from(node) == bindings::RDMA_NODE_RNIC
+    }
+
+    /// Whether a connected QP of this device may see its requests flushed
+    /// ([`WcStatus::WrFlushErr`]) before rdma_cm reports the disconnect that caused it.
+    ///
+    /// On InfiniBand and RoCE a flush the ULP did not cause (by moving the QP to the error
+    /// state or disconnecting) means the QP failed on its own: a peer's READ or WRITE broke
+    /// a rule of this side's responder, with nothing else to report it, so the ULP should end
+    /// the connection. An iWARP QP follows its TCP stream instead: a peer's close moves it to
+    /// the error state, and a broken rule reaches the peer as a TERMINATE that closes the
+    /// stream; either way rdma_cm reports the end, so a flush there is no news.
+    ///
+    /// [`WcStatus::WrFlushErr`]: crate::rdma::cq::WcStatus::WrFlushErr
+    pub fn flush_may_precede_disconnect(&self) -> bool {
+        self.is_rnic()
     }
 
     /// Returns the name of the network device bound to `port` (RoCE and iWARP), e.g. `eth0`.

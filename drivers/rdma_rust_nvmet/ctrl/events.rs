@@ -24,9 +24,12 @@ use kernel::sync::Arc;
 
 /// NSIDs a Changed Namespace List holds; past that it holds 0xffffffff alone.
 const MAX_CHANGED: usize = 1024;
-/// A Namespace Attribute Changed notice's completion result: event type Notice (2),
+/// A Namespace Attribute Changed notice, as an AER's completion: event type Notice (2),
 /// information 0, log page 4 (Changed Namespace List).
-const NS_CHANGED_NOTICE: u64 = 2 | (0x04 << 16);
+const NS_CHANGED_NOTICE: Reply = Reply {
+    status: Status::SUCCESS,
+    result: 2 | (0x04 << 16),
+};
 /// Bytes of the Changed Namespace List log page.
 pub(crate) const CHANGED_NS_LOG_LEN: usize = 4 * MAX_CHANGED;
 
@@ -52,10 +55,7 @@ impl Ctrl {
         let mut ev = self.events.lock();
         if ev.pending {
             ev.pending = false;
-            return Some(Reply {
-                status: Status::SUCCESS,
-                result: NS_CHANGED_NOTICE,
-            });
+            return Some(NS_CHANGED_NOTICE);
         }
         if ev.aers.len() >= AER_MAX {
             return Some(Status::ASYNC_LIMIT.into());
@@ -118,15 +118,11 @@ impl Ctrl {
             .iter()
             .find(|(qid, _)| *qid == 0)
             .map(|(_, q)| q.clone());
-        let reply = Reply {
-            status: Status::SUCCESS,
-            result: NS_CHANGED_NOTICE,
-        };
         // No admin queue: the controller is ending, and its requests with it.
         let Some(admin) = admin else {
             return;
         };
-        if !admin.answer_held(sqe, reply) {
+        if !admin.answer_held(sqe, NS_CHANGED_NOTICE) {
             // No idle answer now: the request and its notice wait for the next tick.
             // Its slot is still there: the push does not allocate.
             let mut ev = self.events.lock();

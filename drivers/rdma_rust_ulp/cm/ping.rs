@@ -375,13 +375,10 @@ impl Conn {
     /// error of its own: the peer's READ or WRITE broke a rule of this side's responder (an
     /// rkey it refuses), which moves the QP to the error state with nothing to report but
     /// the flushes. Nothing else would end the connection then: its receives are gone.
-    ///
-    /// Not so on iWARP, whose QP follows its TCP stream: a peer's close moves the QP to the
-    /// error state before rdma_cm reports the disconnect, and a broken rule reaches the peer
-    /// as a TERMINATE (its request fails) and closes the stream. Either way rdma_cm reports
-    /// the end, which ends the connection here.
+    /// Not so where rdma_cm reports the end after the flush (iWARP): the disconnect ends
+    /// the connection there.
     fn flushed(&self, what: &str) {
-        if self.ended.load(Ordering::Acquire) || self.run.stopping() || self.is_iwarp() {
+        if self.ended.load(Ordering::Acquire) || self.run.stopping() || self.flush_is_no_news() {
             return;
         }
         self.fail(format_args!(
@@ -389,12 +386,13 @@ impl Conn {
         ));
     }
 
-    /// Whether the connection's QP is on an iWARP device (any context).
-    fn is_iwarp(&self) -> bool {
+    /// Whether the connection's device may flush before rdma_cm reports the disconnect
+    /// (any context).
+    fn flush_is_no_news(&self) -> bool {
         self.qp
             .lock()
             .as_ref()
-            .is_some_and(|qp| qp.pd().device().is_rnic())
+            .is_some_and(|qp| qp.pd().device().flush_may_precede_disconnect())
     }
 
     /// Marks the connection ended before its QP is moved to the error state (process

@@ -192,6 +192,13 @@ impl<P: Send + 'static> Completion for TWr<P> {
     }
 }
 
+/// An rdma_cm id handler that expects no event.
+struct Quiet;
+
+impl kernel::rdma::cm::Handler for Quiet {
+    fn event(&self, _id: &kernel::rdma::cm::Id, _event: kernel::rdma::cm::Event<'_, Self>) {}
+}
+
 fn rxe0() -> Result<ARef<Device>> {
     Device::get_by_name(c_str!("rxe0")).ok_or(ENODEV)
 }

@@ -12,13 +12,6 @@ use kernel::{
     sync::Mutex,
 };
 
-/// An id handler that expects no event.
-struct Quiet;
-
-impl Handler for Quiet {
-    fn event(&self, _id: &Id, _event: CmEvent<'_, Self>) {}
-}
-
 /// `fd77::1`, the harness's IPv6 address on rxe0's netdev.
 fn fd77_1() -> SockAddrV6 {
     let mut ip = [0u8; 16];

@@ -24,13 +24,6 @@ const SIW0_ADDR: SockAddrV4 = SockAddrV4 {
     port: 0,
 };
 
-/// An id handler that expects no event.
-struct Quiet;
-
-impl Handler for Quiet {
-    fn event(&self, _id: &Id, _event: CmEvent<'_, Self>) {}
-}
-
 /// siw0 says it is an iWARP RNIC without atomics; rxe0 says neither.
 #[no_mangle]
 extern "C" fn rdma_kunit_iwarp_transport() -> c_int {

@@ -10,7 +10,7 @@ use super::*;
 use core::sync::atomic::AtomicBool;
 use kernel::{
     new_mutex,
-    rdma::cm::{CmId, Event as CmEvent, Handler, Id, PortSpace, SockAddrV4},
+    rdma::cm::{CmId, PortSpace, SockAddrV4},
     sync::Mutex,
     time::Ktime,
     workqueue,
@@ -293,13 +293,6 @@ extern "C" fn rdma_kunit_sound_foreign_objects() -> c_int {
         drop((ud, srq, cq, p, pd2, pd_other));
         leak_check()
     })())
-}
-
-/// An id handler that expects no event.
-struct Quiet;
-
-impl Handler for Quiet {
-    fn event(&self, _id: &Id, _event: CmEvent<'_, Self>) {}
 }
 
 /// Results of two racing `create_qp` calls.
