@@ -33,7 +33,7 @@ use kernel::rdma::{
     cq::{Cq, PollContext, Wc, WcOpcode, WcStatus},
     dma::{copy_to_pages, DmaBuf, FromDevice, ToDevice},
     pd::Pd,
-    qp::{Init, Qp, QpCaps, Rts},
+    qp::{CanRecv, Init, Qp, QpCaps, Rts},
     rw::RwCtx,
     wr::{Completion, Wr},
 };
@@ -189,7 +189,6 @@ struct Answer {
 /// A posted receive for one capsule.
 struct CmdBuf {
     queue: Arc<Queue>,
-    qp: Arc<Qp<Rts>>,
     buf: DmaBuf<FromDevice>,
     /// Bytes received.
     len: usize,
@@ -205,8 +204,11 @@ impl Queue {
         }
     }
 
-    /// The resources of a new queue on the connection `id` (its CQ, and its QP in Init until
-    /// the connection is accepted).
+    /// The resources of a new queue on the connection `id`: its CQ, and its QP in Init until
+    /// the connection is accepted, with a receive posted for each entry. They are posted before
+    /// the accept: an iWARP host's first capsule may follow the accept at once, and iWARP has
+    /// no receiver-not-ready retry (a SEND without a receive ends the connection). A capsule
+    /// that comes before [`Queue::start`] waits for it.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn open(
         id: &kernel::rdma::cm::CmId<impl kernel::rdma::cm::Handler>,
@@ -260,10 +262,27 @@ impl Queue {
             ..QpCaps::default()
         };
         let qp = id.create_qp(&pd, &cq, &cq, &caps)?;
+        let mut waiting = KVec::with_capacity(usize::from(depth), GFP_KERNEL)?;
+        for _ in 0..depth {
+            waiting.push(None, GFP_KERNEL)?;
+        }
+        *queue.pool.lock() = Pool {
+            waiting,
+            busy_cids: KVec::from_elem(0u64, 1024, GFP_KERNEL)?,
+            ..Pool::default()
+        };
+        for _ in 0..depth {
+            let cb = CmdBuf {
+                queue: queue.clone(),
+                buf: DmaBuf::<FromDevice>::alloc(&pd, queue.capsule_len(), GFP_KERNEL)?,
+                len: 0,
+            };
+            post_recv(&qp, Wr::new(cb, GFP_KERNEL)?)?;
+        }
         Ok((queue, qp))
     }
 
-    /// The connection is up: two answers per entry, a receive per entry.
+    /// The connection is up: two answers per entry, which take the capsules that came first.
     pub(crate) fn start(self: &Arc<Self>, qp: Qp<Rts>) -> Result {
         let qp = Arc::new(qp, GFP_KERNEL)?;
         *self.qp.lock() = Some(qp.clone());
@@ -292,26 +311,24 @@ impl Queue {
             };
             answers.push(Some(Wr::new(answer, GFP_KERNEL)?), GFP_KERNEL)?;
         }
-        let mut waiting = KVec::with_capacity(usize::from(self.depth), GFP_KERNEL)?;
-        for _ in 0..self.depth {
-            waiting.push(None, GFP_KERNEL)?;
+        {
+            let mut pool = self.pool.lock();
+            pool.idle = answers.len();
+            pool.answers = answers;
         }
-        *self.pool.lock() = Pool {
-            idle: answers.len(),
-            answers,
-            waiting,
-            head: 0,
-            queued: 0,
-            busy_cids: KVec::from_elem(0u64, 1024, GFP_KERNEL)?,
-        };
-        for _ in 0..self.depth {
-            let cb = CmdBuf {
-                queue: self.clone(),
-                qp: qp.clone(),
-                buf: DmaBuf::<FromDevice>::alloc(&self.pd, self.capsule_len(), GFP_KERNEL)?,
-                len: 0,
+        // The capsules that came between the accept and now, oldest first.
+        loop {
+            let answer = {
+                let mut pool = self.pool.lock();
+                if pool.queued == 0 {
+                    break;
+                }
+                pool.take()
             };
-            post_recv(Wr::new(cb, GFP_KERNEL)?)?;
+            match answer {
+                Some(a) => self.put_back(a),
+                None => break,
+            }
         }
         Ok(())
     }
@@ -347,13 +364,15 @@ impl Queue {
 
     /// `what` came back with `wc`'s error: the connection ends. A flush of ours is no news,
     /// nor one on a device that flushes before rdma_cm reports the host's close (iWARP): the
-    /// disconnect ends the queue there.
+    /// disconnect ends the queue there; nor one before the queue started (the accept failed,
+    /// which the port reports).
     fn failed(&self, wc: &Wc, what: &str) {
         match wc.status() {
             WcStatus::WrFlushErr
                 if self.ending.load(Ordering::Acquire)
                     || self.broken.load(Ordering::Acquire)
-                    || self.pd.device().flush_may_precede_disconnect() => {}
+                    || self.pd.device().flush_may_precede_disconnect()
+                    || self.qp.lock().is_none() => {}
             WcStatus::WrFlushErr => self.protocol_error(format_args!(
                 "{what} was flushed: the QP failed without an error of its own"
             )),
@@ -431,7 +450,8 @@ impl Queue {
             }
         }
         // The buffer is free again: the next capsule can land in it.
-        if post_recv(cb).is_err() {
+        let qp = wr.data().qp.clone();
+        if post_recv(&qp, cb).is_err() {
             finish(&mut wr);
             return Some(wr);
         }
@@ -478,7 +498,7 @@ fn finish(wr: &mut Wr<Answer>) {
     let a = wr.data_mut();
     // A kept capsule buffer goes back to the QP (dropped if the connection is ending).
     if let Some(cb) = a.capsule.take() {
-        let _ = post_recv(cb);
+        let _ = post_recv(&a.qp, cb);
     }
     if let Some(rw) = a.to_host.take() {
         a.pages = Some(rw.into_pages());
@@ -581,9 +601,8 @@ impl QueueLink for Queue {
     }
 }
 
-/// Posts a capsule receive; on failure (the QP is being drained) it is dropped.
-fn post_recv(wr: Wr<CmdBuf>) -> Result {
-    let qp = wr.data().qp.clone();
+/// Posts a capsule receive on `qp`; on failure (the QP is being drained) it is dropped.
+fn post_recv(qp: &Qp<impl CanRecv>, wr: Wr<CmdBuf>) -> Result {
     qp.post_recv(wr, |c, ops| {
         let n = c.buf.len();
         ops.buf(&mut c.buf, 0..n)?;

@@ -43,7 +43,8 @@ use super::{
     device::{Device, Gid},
     owner::watch_unloads,
     pd::Pd,
-    qp::{Init, Qp, QpCaps, QpType},
+    qp::{Init, Qp, QpCaps, QpType, Recv},
+    srq::Srq,
     sync::sleepable,
 };
 use crate::{
@@ -437,7 +438,10 @@ impl<H: Handler> CmId<H> {
     /// Creates the id's QP on `pd` (`rdma_create_qp`), reporting to `send_cq` and `recv_cq`.
     /// The CM moves it to the states of the connection: it is in Init (RC) until the
     /// connection is established, and ready to send right away for UD; see
-    /// [`Qp::established`]. Receives may be posted at once. Sleeps.
+    /// [`Qp::established`]. Receives may be posted at once, and should be before the accept
+    /// (or connect) for any message the peer may send first: an iWARP peer's SEND may follow
+    /// the accept at once, and iWARP has no receiver-not-ready retry (a SEND that finds no
+    /// receive ends the connection with a TERMINATE). Sleeps.
     ///
     /// The QP holds the id: the id lives until the QP is dropped.
     ///
@@ -458,6 +462,36 @@ impl<H: Handler> CmId<H> {
         pd: &Arc<Pd>,
         send_cq: &Arc<Cq>,
         recv_cq: &Arc<Cq>,
+        caps: &QpCaps,
+    ) -> Result<Qp<Init>> {
+        self.make_qp(pd, send_cq, Recv::Cq(recv_cq), caps)
+    }
+
+    /// Creates the id's QP on `pd` as [`CmId::create_qp`] does, taking its receives from
+    /// `srq` (`rdma_create_qp` with an SRQ): it reports its sends to `send_cq` and its
+    /// receives to the SRQ's CQ, and has no receive queue of its own (`caps.recv_depth` and
+    /// `caps.recv_sge` are ignored; receives are posted with [`Srq::post_recv`]). Sleeps.
+    ///
+    /// On iWARP this is the only way to a QP on an SRQ: [`Qp::new_with_srq`] is refused there.
+    ///
+    /// # Errors
+    ///
+    /// As [`CmId::create_qp`]; `EINVAL` also when `srq` is on another PD.
+    pub fn create_qp_with_srq(
+        &self,
+        pd: &Arc<Pd>,
+        send_cq: &Arc<Cq>,
+        srq: &Arc<Srq>,
+        caps: &QpCaps,
+    ) -> Result<Qp<Init>> {
+        self.make_qp(pd, send_cq, Recv::Srq(srq), caps)
+    }
+
+    fn make_qp(
+        &self,
+        pd: &Arc<Pd>,
+        send_cq: &Arc<Cq>,
+        recv: Recv<'_>,
         caps: &QpCaps,
     ) -> Result<Qp<Init>> {
         sleepable()?;
@@ -488,7 +522,7 @@ impl<H: Handler> CmId<H> {
             QpType::Rc
         };
         let on = created_on(self.core.clone());
-        let qp = Qp::create_on(on, port, pd, qp_type, send_cq, recv_cq, caps, |pd, init| {
+        let qp = Qp::create_on(on, port, pd, qp_type, send_cq, recv, caps, |pd, init| {
             // SAFETY: The id is valid, `pd` a PD of its device and `init` fully initialised;
             // on success the CM has put the new QP in the id (and moved it to Init, or for UD
             // to ready to send).

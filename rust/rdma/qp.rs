@@ -74,6 +74,7 @@ pub mod mcast;
 pub mod query;
 pub mod state;
 
+pub(crate) use create::Recv;
 pub use query::QpAttr;
 pub use state::{QpState, RcParams};
 

@@ -298,7 +298,7 @@ impl Queue {
         // kept for an in-capsule Write is posted first (it fails only on a connection that is
         // ending, where the completion would go nowhere either).
         if let Some(cb) = a.capsule.take() {
-            if post_recv(cb).is_err() {
+            if post_recv(&a.qp, cb).is_err() {
                 finish(&mut wr);
                 return Some(wr);
             }

@@ -82,12 +82,7 @@ impl Qp<Reset> {
         caps: &QpCaps,
     ) -> Result<Self> {
         sleepable()?;
-        PdKey::of(pd).check(srq.pd())?;
-        let caps = QpCaps {
-            recv_depth: 0,
-            recv_sge: 0,
-            ..*caps
-        };
+        let caps = srq_caps(pd, srq, caps)?;
         let inner = create(
             pd,
             qp_type,
@@ -102,6 +97,14 @@ impl Qp<Reset> {
     }
 }
 
+/// Where a QP made through a connection manager id takes its receives from.
+pub(crate) enum Recv<'a> {
+    /// A receive queue of its own, reporting to this CQ.
+    Cq(&'a Arc<Cq>),
+    /// A shared receive queue (whose CQ its receives report to).
+    Srq(&'a Arc<Srq>),
+}
+
 impl Qp<Init> {
     /// Creates a QP through `on` (the connection manager): `make` creates it from the filled
     /// in `ib_qp_init_attr` and returns it, in Init (RC) or ready to send (UD) on `port`.
@@ -112,16 +115,22 @@ impl Qp<Init> {
         pd: &Arc<Pd>,
         qp_type: QpType,
         send_cq: &Arc<Cq>,
-        recv_cq: &Arc<Cq>,
+        recv: Recv<'_>,
         caps: &QpCaps,
         make: impl FnOnce(
             *mut bindings::ib_pd,
             &mut bindings::ib_qp_init_attr,
         ) -> Result<*mut bindings::ib_qp>,
     ) -> Result<Self> {
-        check_recv_caps(pd, caps)?;
-        let caps = QpCaps { port, ..*caps };
-        let mut inner = create(pd, qp_type, send_cq, recv_cq, None, &caps, Some(on), make)?;
+        let (recv_cq, srq, caps) = match recv {
+            Recv::Cq(cq) => {
+                check_recv_caps(pd, caps)?;
+                (cq, None, *caps)
+            }
+            Recv::Srq(srq) => (srq.cq(), Some(srq), srq_caps(pd, srq, caps)?),
+        };
+        let caps = QpCaps { port, ..caps };
+        let mut inner = create(pd, qp_type, send_cq, recv_cq, srq, &caps, Some(on), make)?;
         inner.get_mut().port = port;
         Ok(Qp::wrap(inner))
     }
@@ -137,6 +146,17 @@ fn create_kernel_qp(
     // (and SRQ) of the PD's device.
     from_err_ptr(unsafe {
         bindings::ib_create_qp_kernel(pd, init, c"kernel::rdma".as_ptr().cast())
+    })
+}
+
+/// `caps` for a QP on `srq`, which has no receive queue of its own; `EINVAL` when `srq` is on
+/// another PD than `pd`.
+fn srq_caps(pd: &Arc<Pd>, srq: &Srq, caps: &QpCaps) -> Result<QpCaps> {
+    PdKey::of(pd).check(srq.pd())?;
+    Ok(QpCaps {
+        recv_depth: 0,
+        recv_sge: 0,
+        ..*caps
     })
 }
 

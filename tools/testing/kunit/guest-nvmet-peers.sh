@@ -10,7 +10,8 @@
 #     deleted under the host's fio and added back: the target listens again
 #     (its repair ticker), the host's reconnect loop reconnects, fio sees no
 #     error; then the project's host (rdma_rust_nvme, guest-nvme.sh's rows)
-#     in place of the stock one: the Rust pair between the guests;
+#     in place of the stock one: the Rust pair between the guests; then both
+#     hosts again through a second port on siw0 (soft-iWARP on eth1);
 #   rdma_nvmet_peer_kill (a): b connects again with a 5 s keep-alive timeout
 #     just before rdma_peer_a_kill kills its QEMU; the target ends that
 #     controller for want of keep-alives within 2 x KATO, and everything is
@@ -18,7 +19,7 @@
 # The target is configured through configfs by guest-nvmet.sh's functions
 # (tgt_setup, ...), the host checks are its rows' (nvmt_connect, nvmt_fio,
 # nvmt_outage, ...); the guests exchange words with guest-peers.sh's
-# nc_send/nc_recv (ports 5050-5059) and guest-peers.sh's peer_says.
+# nc_send/nc_recv (ports 5050-5062) and guest-peers.sh's peer_says.
 # Sourced by guest-init.sh.
 
 NVMP_TARGET=10.88.0.1 NVMP_HOST=10.88.0.2
@@ -42,26 +43,26 @@ nvmp_skip_unless_built() {
 	kmsg "rdmatest: nvmet: $suite: every row skipped: $nvmt_skip"
 }
 
-# nvmp_status CTRLS CONNS: the target's debugfs status shows CTRLS
-# controllers and CONNS connections on port 1.
+# nvmp_status CTRLS CONNS [PORT]: the target's debugfs status shows CTRLS
+# controllers and CONNS connections on port PORT (1: rxe0's).
 nvmp_status() {
-	grep -qx "controllers $1" $NVMP_STATUS && grep -qx "port 1 connections $2" $NVMP_STATUS
+	grep -qx "controllers $1" $NVMP_STATUS && grep -qx "port ${3:-1} connections $2" $NVMP_STATUS
 }
-# nvmp_status_is CTRLS CONNS: the same within 10 s (the target ends its
-# queues from work items); says what it saw if not.
+# nvmp_status_is CTRLS CONNS [PORT]: the same within 10 s (the target ends
+# its queues from work items); says what it saw if not.
 nvmp_status_is() {
-	wait_for 10 nvmp_status "$1" "$2" && return 0
+	wait_for 10 nvmp_status "$@" && return 0
 	cat $NVMP_STATUS
-	echo "target status: expected $1 controllers and $2 connections on port 1"
+	echo "target status: expected $1 controllers and $2 connections on port ${3:-1}"
 	return 1
 }
 
-# nvmp_word_then_status PORT WORD CTRLS CONNS SECS: b said WORD on PORT
-# within SECS (it is connected, or has disconnected), and the target's status
-# agrees.
+# nvmp_word_then_status PORT WORD CTRLS CONNS SECS [TARGET_PORT]: b said WORD
+# on PORT within SECS (it is connected, or has disconnected), and the
+# target's status agrees.
 nvmp_word_then_status() {
 	peer_says "$1" "$2" "$5" || return 1
-	nvmp_status_is "$3" "$4"
+	nvmp_status_is "$3" "$4" "${6:-1}"
 }
 
 # nvmp_tell PORT ROW: tell the target guest on PORT how row ROW went (ok or
@@ -197,9 +198,26 @@ mode_nvmet_peer_target() {
 	nvmt_check outage_disconnect_gives_back nvmp_word_then_status 5055 ok 0 0 180
 	# The project's host (rdma_rust_nvme) on b: the Rust pair across the
 	# guests, one controller of two connections again.
+	local skip0=$nvmt_skip
 	[ -e $HST_KO ] || nvmt_skip="rdma_rust_nvme.ko is not in the image (no drivers/rdma_rust_nvme in this tree)"
 	nvmt_check rust_host_controller_seen nvmp_word_then_status 5056 ok 1 2 180
 	nvmt_check rust_host_disconnect_gives_back nvmp_word_then_status 5057 ok 0 0 600
+	# soft-iWARP: port 2 on siw0's address (eth1); b's stock host, then its
+	# Rust host, through it.
+	nvmt_skip=$skip0 nvmt_gate=$tgt_gate
+	NVMT_SIW_ADDR=$SIW_A
+	nvmt_check siw_port_added tgt_siw_port $NVMP_ROOT $NVMP_NQN 2 $NVMP_SVC 1 ||
+		nvmt_gate=${nvmt_gate:-"no port on siw0 (row siw_port_added)"}
+	if [ -z "$nvmt_skip" ]; then
+		if [ -z "$nvmt_gate" ]; then nc_send $NVMP_HOST 5058 ready; else nc_send $NVMP_HOST 5058 failed; fi
+	fi
+	nvmt_check siw_host_controller_seen nvmp_word_then_status 5059 ok 1 2 180 2
+	nvmt_check siw_host_disconnect_gives_back nvmp_word_then_status 5060 ok 0 0 300 2
+	[ -e $HST_KO ] || nvmt_skip="rdma_rust_nvme.ko is not in the image (no drivers/rdma_rust_nvme in this tree)"
+	nvmt_check siw_rust_host_controller_seen nvmp_word_then_status 5061 ok 1 2 180 2
+	nvmt_check siw_rust_host_disconnect_gives_back nvmp_word_then_status 5062 ok 0 0 300 2
+	nvmt_skip=$skip0
+	nvmt_check siw_port_removed tgt_siw_port $NVMP_ROOT $NVMP_NQN 2 $NVMP_SVC 0
 	suite_end
 }
 
@@ -239,8 +257,48 @@ mode_nvmet_peer_host() {
 	nvmt_check outage_disconnect nvmt_disconnect $NVMP_NQN
 	$NVME disconnect-all > /dev/null 2>&1
 	nvmp_tell 5055 outage_disconnect
+	local skip0=$nvmt_skip
 	nvmp_rust_host_rows
+	nvmt_skip=$skip0
+	nvmp_siw_host_rows
 	suite_end
+}
+
+# nvmp_siw_host_rows: (b) both hosts again, through the target's port on
+# siw0 (soft-iWARP, eth1): the stock one (connect, fio with verification,
+# disconnect), then rdma_rust_nvme (the same, and rmmod).
+nvmp_siw_host_rows() {
+	local gate= n id
+	id=$(cat /proc/sys/kernel/random/uuid)
+	nvmt_gate=$nvmp_alone
+	nvmt_check siw_target_ready peer_says 5058 ready 300 ||
+		gate="the target has no port on siw0 (row siw_target_ready)"
+	nvmt_gate=${nvmp_alone:-$gate}
+	nvmt_check siw_connect nvmt_connect $NVMP_NQN $SIW_A $NVMP_SVC ||
+		nvmt_gate=${nvmt_gate:-"no controller over siw0 (row siw_connect)"}
+	nvmp_tell 5059 siw_connect
+	nvmt_check siw_fio_randwrite_4k_qd32_verify nvmt_fio $NVMP_NQN randwrite 4k 32 512k
+	nvmt_check siw_fio_write_128k_verify nvmt_fio $NVMP_NQN write 128k 8 1m
+	nvmt_check siw_disconnect_device_gone nvmt_disconnect $NVMP_NQN
+	$NVME disconnect-all > /dev/null 2>&1
+	nvmp_tell 5060 siw_disconnect_device_gone
+	nvmt_gate=${nvmp_alone:-$gate}
+	[ -e $HST_KO ] || nvmt_skip="rdma_rust_nvme.ko is not in the image (no drivers/rdma_rust_nvme in this tree)"
+	nvmt_check siw_rust_host_insmod hst_insmod || gate=${gate:-"rdma_rust_nvme did not load (row siw_rust_host_insmod)"}
+	nvmt_gate=${nvmp_alone:-$gate}
+	nvmt_check siw_rust_host_connect hst_connect \
+		"$(hst_opts $SIW_A $NVMP_SVC $NVMP_NQN "keep_alive_tmo=5,hostnqn=nqn.2014-08.org.nvmexpress:uuid:$id,hostid=$id")" ||
+		nvmt_gate=${nvmt_gate:-"no controller over siw0 (row siw_rust_host_connect)"}
+	n=$hst_inst
+	nvmp_tell 5061 siw_rust_host_connect
+	nvmt_check siw_rust_host_fio_randwrite_4k_qd32_verify nvmt_fio_dev "/dev/rnvme${n}n1" randwrite 4k 32 512k
+	nvmt_check siw_rust_host_fio_write_128k_verify nvmt_fio_dev "/dev/rnvme${n}n1" write 128k 8 1m
+	nvmt_check siw_rust_host_disconnect hst_disconnect "$n"
+	hst_disconnect_all > /dev/null 2>&1
+	nvmp_tell 5062 siw_rust_host_disconnect
+	nvmt_gate=
+	hst_loaded || nvmt_gate="rdma_rust_nvme is not loaded"
+	nvmt_check siw_rust_host_rmmod hst_rmmod
 }
 
 # nvmp_rust_host_rows: (b) the project's host, rdma_rust_nvme, against the

@@ -235,6 +235,62 @@ cm_peer_b_link_delete_client() {
 	since_mark | grep -q "rdma_rust_ulp: rxe0: detached (1 runs stopped)" || { since_mark; return 1; }
 }
 
+# --- soft-iWARP between the guests: siw0 on each guest's second NIC, eth1
+# (peer-a 10.89.0.1, peer-b 10.89.0.2; run.sh's peers gives each guest a
+# second QEMU network). rdma_cm's iw_cm speaks TCP underneath, so a connect
+# before the listen is refused by TCP rather than by the CM: the listener's
+# side says "listening" (nc) before the other connects. Fewer round trips
+# than on rxe0: each crosses two guests' TCP stacks under TCG.
+SIW_A=10.89.0.1 SIW_B=10.89.0.2
+SIW_PEER_COUNT=20
+setup_peer_siw() {
+	ip addr add "$1/24" dev eth1 && ip link set eth1 up && load_siw && add_link siw siw0 eth1
+}
+# siw_rping_listen ADDR PORT HOST WORD_PORT: `rping -s -V` on ADDR:PORT for one
+# client, its listen told to HOST; waits for the client's run to end.
+siw_rping_listen() {
+	local rc
+	timeout 300 rping -s -a "$1" -p "$2" -V > /tmp/rping-srv 2>&1 &
+	local pid=$!
+	wait_for 20 listening "$1" "$2" || { kill $pid; echo "rping -s did not listen"; return 1; }
+	nc_send "$3" "$4" listening || { kill $pid; echo "the peer did not take our word"; return 1; }
+	wait $pid
+	rc=$?
+	rping_log /tmp/rping-srv "rping -s -a $1 -p $2 -V (exit $rc)"
+	[ $rc = 0 ]
+}
+# siw_ulp_listen ADDR PORT TOTAL HOST WORD_PORT [ARGS...]: the ULP's server on
+# ADDR:PORT, its listen told to HOST; TOTAL round trips, all intact.
+siw_ulp_listen() {
+	local a=$1 p=$2 n=$3 h=$4 w=$5 id
+	shift 5
+	ulp_ctl start cm=server addr="$a" port="$p" count="$n" "$@" || return 1
+	id=$(ulp_last_id)
+	nc_send "$h" "$w" listening || { ulp_ctl stop id="$id"; echo "the peer did not take our word"; return 1; }
+	ulp_ctl wait id="$id" || { ulp_row "$id"; ulp_ctl stop id="$id"; return 1; }
+	ulp_clean "$id" "$n" 1
+}
+# siw0's RDMA resources: siw_res_mark before the rows, siw_res_back after
+# (an iWARP connection's end waits for its TCP close: given up to 30 s).
+siw_res() { rdma_resources | grep '^siw0: '; }
+siw_res_mark() { siw_res > /tmp/siw-res; }
+siw_res_back() {
+	wait_for 30 eval 'siw_res | cmp -s - /tmp/siw-res' ||
+		{ echo "siw0 before: $(cat /tmp/siw-res)"; echo "siw0 now: $(siw_res)"; return 1; }
+}
+# siw_after_listen WORD_PORT CMD...: CMD once the peer says it listens.
+siw_after_listen() {
+	local w=$1
+	shift
+	[ "$(nc_recv "$w")" = listening ] || { echo "the peer did not listen"; return 1; }
+	"$@"
+}
+# siw_ulp_client ADDR PORT SIZE: the ULP's client, COUNT round trips.
+siw_ulp_client() {
+	ulp_ctl start cm=client addr="$1" port="$2" size="$3" count=$SIW_PEER_COUNT wait=1 || return 1
+	ulp_clean "$(ulp_last_id)" $SIW_PEER_COUNT 0
+}
+
 # --- The peer killed mid-connection: the host kills the victim guest's QEMU
 # (SIGKILL: no FIN, no DREQ, no goodbye; the wire just goes quiet) while the
 # survivor has runs going to it: an RC SEND run (endpoints by hand), an rdma_cm
@@ -420,7 +476,9 @@ survivor_cycle() {
 mode_peer_a() {
 	suite_begin rdma_peer_a
 	check rxe0_on_eth0 setup_peer 10.88.0.1 fd88::1
+	check siw0_on_eth1 setup_peer_siw $SIW_A
 	check ping_peer wait_for 60 ping -c 1 -W 1 10.88.0.2
+	check ping_peer_eth1 wait_for 60 ping -c 1 -W 1 $SIW_B
 	# One connection: the client's run; -V verifies every payload.
 	check rping_server timeout 240 rping -s -a 10.88.0.1 -C "$count" -S "$size" -V
 	kmsg "rdmatest: peer-a rxe0 counters: $(counters rxe0)"
@@ -435,6 +493,15 @@ mode_peer_a() {
 	check cm_ulp_rc_server_for_peer cm_peer_a_rc_server
 	check cm_ulp_ud_client_to_peer cm_peer_a_ud_client
 	check cm_ulp_multicast_sender cm_peer_a_mcast_sender
+	# soft-iWARP (siw0 on eth1): stock rping, then the ULP against it both
+	# ways, then ULP to ULP.
+	siw_res_mark
+	check siw_rping_server siw_rping_listen $SIW_A 7311 $SIW_B 5031
+	check siw_rping_client_to_peer_ulp_server \
+		siw_after_listen 5032 rping_to $SIW_B 7312 $SIW_PEER_COUNT 4096
+	check siw_rping_server_for_peer_ulp_client siw_rping_listen $SIW_A 7313 $SIW_B 5033
+	check siw_ulp_rc_server_for_peer siw_ulp_listen $SIW_A 7314 $SIW_PEER_COUNT $SIW_B 5034 size=4096
+	check siw_resources_back siw_res_back
 	check cm_peer_link_delete_seen cm_peer_a_link_delete_server
 	cat $ULP/stats | while IFS= read -r l; do kmsg "rdmatest: peer-a: $l"; done
 	check ulp_rmmod timeout 30 rmmod rdma_rust_ulp
@@ -464,7 +531,9 @@ mode_peer_a() {
 mode_peer_b() {
 	suite_begin rdma_peer_b
 	check rxe0_on_eth0 setup_peer 10.88.0.2 fd88::2
+	check siw0_on_eth1 setup_peer_siw $SIW_B
 	check ping_peer wait_for 60 ping -c 1 -W 1 10.88.0.1
+	check ping_peer_eth1 wait_for 60 ping -c 1 -W 1 $SIW_A
 	ping -c 20 -i 0.05 10.88.0.1 | tail -n 1 > /tmp/ping
 	# The server may not be listening yet: retry while the connection is refused.
 	start=$(uptime_ms)
@@ -497,6 +566,12 @@ mode_peer_b() {
 	check cm_ulp_rc_client_to_peer cm_peer_b_rc_client
 	check cm_ulp_ud_server_for_peer cm_peer_b_ud_server
 	check cm_ulp_multicast_two_receivers cm_peer_b_mcast_receivers
+	siw_res_mark
+	check siw_rping_client siw_after_listen 5031 rping_to $SIW_A 7311 $SIW_PEER_COUNT 64
+	check siw_ulp_server_for_peer_rping siw_ulp_listen $SIW_B 7312 $SIW_PEER_COUNT $SIW_A 5032
+	check siw_ulp_client_to_peer_rping_server siw_after_listen 5033 siw_ulp_client $SIW_A 7313 64
+	check siw_ulp_rc_client_to_peer siw_after_listen 5034 siw_ulp_client $SIW_A 7314 4096
+	check siw_resources_back siw_res_back
 	check cm_link_delete_under_connection cm_peer_b_link_delete_client
 	cat $ULP/stats | while IFS= read -r l; do kmsg "rdmatest: peer-b: $l"; done
 	check ulp_rmmod timeout 30 rmmod rdma_rust_ulp

@@ -164,37 +164,51 @@ reaper() {
 	done
 }
 
-# peers NAME_A CMDLINE_A NAME_B CMDLINE_B: two guests joined by a QEMU network
-# backend: two RoCE hosts, rxe0 on each guest's virtio-net NIC. VM_NICE applies
-# to both; b may ask to be killed (reaper). PEERS_NET=dgram (the default) joins
-# them by UDP datagrams, one per frame; PEERS_NET=socket by QEMU's TCP stream
-# (a listens, b connects).
-peers() {
-	local port net_a net_b
+# peer_nets ID: the -netdev options of net ID for guest a (line 1) and guest b
+# (line 2), on their own host ports. PEERS_NET=dgram (the default) joins them
+# by UDP datagrams, one per frame; PEERS_NET=socket by QEMU's TCP stream (a
+# listens, b connects).
+peer_nets() {
+	local port port_b
 	port=$(free_port)
 	case ${PEERS_NET:-dgram} in
 	socket)
-		net_a="socket,id=n0,listen=127.0.0.1:$port"
-		net_b="socket,id=n0,connect=127.0.0.1:$port" ;;
+		echo "socket,id=$1,listen=127.0.0.1:$port"
+		echo "socket,id=$1,connect=127.0.0.1:$port" ;;
 	dgram)
-		local port_b
 		port_b=$(free_port)
 		[ "$port_b" != "$port" ] || port_b=$(free_port)
-		net_a="dgram,id=n0,local.type=inet,local.host=127.0.0.1,local.port=$port,remote.type=inet,remote.host=127.0.0.1,remote.port=$port_b"
-		net_b="dgram,id=n0,local.type=inet,local.host=127.0.0.1,local.port=$port_b,remote.type=inet,remote.host=127.0.0.1,remote.port=$port" ;;
+		echo "dgram,id=$1,local.type=inet,local.host=127.0.0.1,local.port=$port,remote.type=inet,remote.host=127.0.0.1,remote.port=$port_b"
+		echo "dgram,id=$1,local.type=inet,local.host=127.0.0.1,local.port=$port_b,remote.type=inet,remote.host=127.0.0.1,remote.port=$port" ;;
 	*) echo "PEERS_NET=$PEERS_NET: socket or dgram" >&2; return 1 ;;
 	esac
-	vm "$1" "$2" -smp 1 -netdev "$net_a" \
-		-device virtio-net-pci,netdev=n0,mac=52:54:00:88:00:01 &
+}
+
+# peers NAME_A CMDLINE_A NAME_B CMDLINE_B: two guests joined by two QEMU
+# networks (peer_nets): eth0, rxe0's (RoCE), and eth1, siw0's (iWARP; a netdev
+# of its own, as rdma_cm finds a device by the address's netdev). VM_NICE
+# applies to both; b may ask to be killed (reaper).
+peers() {
+	local n0 n1
+	n0=$(peer_nets n0) && n1=$(peer_nets n1) || return 1
+	vm "$1" "$2" -smp 1 -netdev "$(echo "$n0" | sed -n 1p)" \
+		-device virtio-net-pci,netdev=n0,mac=52:54:00:88:00:01 \
+		-netdev "$(echo "$n1" | sed -n 1p)" \
+		-device virtio-net-pci,netdev=n1,mac=52:54:00:89:00:01 &
 	local pa=$!
 	if [ "${PEERS_NET:-dgram}" = socket ]; then
-		for _ in $(seq 50); do
-			ss -ltn | grep -q "127.0.0.1:$port " && break
-			sleep 0.2
+		local port
+		for port in $(echo "$n0 $n1" | grep -o 'listen=127.0.0.1:[0-9]*' | cut -d: -f2); do
+			for _ in $(seq 50); do
+				ss -ltn | grep -q "127.0.0.1:$port " && break
+				sleep 0.2
+			done
 		done
 	fi
-	vm "$3" "$4" -smp 1 -netdev "$net_b" \
-		-device virtio-net-pci,netdev=n0,mac=52:54:00:88:00:02 &
+	vm "$3" "$4" -smp 1 -netdev "$(echo "$n0" | sed -n 2p)" \
+		-device virtio-net-pci,netdev=n0,mac=52:54:00:88:00:02 \
+		-netdev "$(echo "$n1" | sed -n 2p)" \
+		-device virtio-net-pci,netdev=n1,mac=52:54:00:89:00:02 &
 	local pb=$!
 	reaper "$3"
 	wait $pa $pb

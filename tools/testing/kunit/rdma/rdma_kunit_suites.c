@@ -323,7 +323,7 @@ static struct kunit_suite rdma_async_suite = {
 
 /*
  * iWARP (verbs/iwarp.rs): what kernel::rdma refuses on soft-iWARP's siw0, which
- * the harness adds beside rxe0.
+ * the harness adds beside rxe0, and what works on a pair rdma_cm connects there.
  */
 #define RDMA_KUNIT_SIW_CASE(fn)						\
 	RDMA_KUNIT_CASE_NEEDS(fn, "no siw0 (or rxe0): create it with "	\
@@ -332,11 +332,13 @@ static struct kunit_suite rdma_async_suite = {
 RDMA_KUNIT_SIW_CASE(rdma_kunit_iwarp_transport)
 RDMA_KUNIT_SIW_CASE(rdma_kunit_iwarp_refusals)
 RDMA_KUNIT_SIW_CASE(rdma_kunit_iwarp_cm_pair)
+RDMA_KUNIT_SIW_CASE(rdma_kunit_iwarp_cm_srq_rw)
 
 static struct kunit_case rdma_iwarp_cases[] = {
 	KUNIT_CASE(rdma_kunit_iwarp_transport_case),
 	KUNIT_CASE(rdma_kunit_iwarp_refusals_case),
 	KUNIT_CASE(rdma_kunit_iwarp_cm_pair_case),
+	KUNIT_CASE(rdma_kunit_iwarp_cm_srq_rw_case),
 	{}
 };
 

@@ -4,8 +4,9 @@
 //! transport, with `EOPNOTSUPP` and before the driver is called (a QP made by hand, since only
 //! the connection manager connects an iWARP QP; a UD QP; a multicast join; atomics; immediate
 //! data), and what works there on a pair the connection manager connected: SEND, RDMA WRITE,
-//! RDMA READ and READ with invalidate. A case returns `ENODEV` without `siw0`, a visible skip
-//! that `make test` counts as a failure.
+//! RDMA READ and READ with invalidate; a QP on an SRQ, SEND with invalidate and the core's R/W
+//! API. A case returns `ENODEV` without `siw0`, a visible skip that `make test` counts as a
+//! failure.
 
 use super::*;
 use kernel::{
@@ -87,10 +88,29 @@ struct Seen {
     route: bool,
     established: u32,
     failed: Option<Error>,
-    /// The PD and CQ the server side's QP is made on.
-    res: Option<(Arc<Pd>, Arc<Cq>)>,
+    /// What the server side's QP is made of.
+    res: Option<Res>,
     /// The id the listener took, with its QP, until the case takes them.
     child: Option<(CmId<Ev>, Qp<Init>)>,
+}
+
+/// The PD, CQ and capabilities of a [`CmPair`]'s QPs, and the SRQ its server side's QP takes
+/// its receives from, if any.
+#[derive(Clone)]
+struct Res {
+    pd: Arc<Pd>,
+    cq: Arc<Cq>,
+    caps: QpCaps,
+    srq: Option<Arc<Srq>>,
+}
+
+impl Res {
+    fn qp(&self, id: &CmId<Ev>, srq: Option<&Arc<Srq>>) -> Result<Qp<Init>> {
+        match srq {
+            Some(srq) => id.create_qp_with_srq(&self.pd, &self.cq, srq, &self.caps),
+            None => id.create_qp(&self.pd, &self.cq, &self.cq, &self.caps),
+        }
+    }
 }
 
 #[pin_data]
@@ -105,9 +125,9 @@ struct Ev(Arc<Shared>);
 
 impl Ev {
     fn accept(&self, req: kernel::rdma::cm::Request<'_, Self>) -> Result {
-        let (pd, cq) = self.0.seen.lock().res.clone().ok_or(EINVAL)?;
+        let res = self.0.seen.lock().res.clone().ok_or(EINVAL)?;
         let child = req.take(Ev(self.0.clone()))?;
-        let qp = child.create_qp(&pd, &cq, &cq, &QpCaps::default())?;
+        let qp = res.qp(&child, res.srq.as_ref())?;
         child.accept(&ConnParam {
             responder_resources: 4,
             initiator_depth: 4,
@@ -178,15 +198,26 @@ struct CmPair {
 }
 
 fn cm_pair(dev: &Device, port: u16) -> Result<CmPair> {
+    cm_pair_of(
+        Res {
+            pd: Pd::new(dev)?,
+            cq: Cq::new(dev, 128, 0, PollContext::Softirq)?,
+            caps: QpCaps::default(),
+            srq: None,
+        },
+        port,
+    )
+}
+
+/// A [`CmPair`] of `res`'s QPs (the server's on `res.srq`, if set).
+fn cm_pair_of(res: Res, port: u16) -> Result<CmPair> {
     let sh = Arc::pin_init(
         pin_init!(Shared {
             seen <- new_mutex!(Seen::default(), "rdma_kunit_iwarp_seen"),
         }),
         GFP_KERNEL,
     )?;
-    let pd = Pd::new(dev)?;
-    let cq = Cq::new(dev, 128, 0, PollContext::Softirq)?;
-    sh.seen.lock().res = Some((pd.clone(), cq.clone()));
+    sh.seen.lock().res = Some(res.clone());
     let at = SockAddrV4 {
         ip: SIW0_ADDR.ip,
         port,
@@ -203,7 +234,7 @@ fn cm_pair(dev: &Device, port: u16) -> Result<CmPair> {
         client.device().is_some_and(|d| d.is_rnic()),
         "the client's id is not on siw0"
     );
-    let qp = client.create_qp(&pd, &cq, &cq, &QpCaps::default())?;
+    let qp = res.qp(&client, None)?;
     client.connect(&ConnParam {
         responder_resources: 4,
         initiator_depth: 4,
@@ -223,7 +254,7 @@ fn cm_pair(dev: &Device, port: u16) -> Result<CmPair> {
         _child: child,
         _client: client,
         _listener: listener,
-        pd,
+        pd: res.pd,
     })
 }
 
@@ -332,6 +363,130 @@ extern "C" fn rdma_kunit_iwarp_cm_pair() -> c_int {
         drop(r);
         drop(mr);
         drop(p);
+        leak_check()
+    })())
+}
+
+/// What storage ULPs need, on a pair rdma_cm connected on siw0: the server's QP takes its
+/// receives from an SRQ (through [`CmId::create_qp_with_srq`], the only way to an SRQ on
+/// iWARP); a SEND with invalidate revokes the server's MR (the receive completion names the
+/// rkey); and the core's R/W API moves 16 pages each way, its READ on the MR path (iWARP
+/// wants a READ's sink registered for remote write) and its WRITE on the SGE path unless the
+/// guest forces MRs.
+#[no_mangle]
+extern "C" fn rdma_kunit_iwarp_cm_srq_rw() -> c_int {
+    ret((|| {
+        let dev = siw0()?;
+        let pd = Pd::new(&dev)?;
+        let cq = Cq::new(&dev, 256, 0, PollContext::Softirq)?;
+        let srq = Srq::new(&pd, &cq, 8, 1)?;
+        let res = Res {
+            pd: pd.clone(),
+            cq,
+            // siw takes fewer scatter entries per request than rxe.
+            caps: QpCaps {
+                send_sge: dev.attrs().max_send_sge().min(16),
+                ..super::storage::rw_caps()
+            },
+            srq: Some(srq.clone()),
+        };
+        let p = cm_pair_of(res, 7232)?;
+        check!(
+            p.b.srq().is_some() && p.b.pd().device().is_rnic(),
+            "the server's QP is not on siw0's SRQ"
+        );
+
+        // Two SENDs land in the SRQ's buffers.
+        let rs = sink::<DmaBuf>()?;
+        for _ in 0..3 {
+            srq.post_recv(twr(DmaBuf::new(&pd, 256, GFP_KERNEL)?, &rs)?, |t, ops| {
+                ops.buf(&mut t.payload, 0..256)?;
+                Ok(())
+            })?;
+        }
+        for seq in [11, 12] {
+            post_one(
+                &p.a,
+                filled(&pd, 256, seq)?,
+                WcStatus::Success,
+                WcOpcode::Send,
+                |b, ops| {
+                    ops.send(b, 0..256)?;
+                    Ok(())
+                },
+            )?;
+        }
+        for (d, seq) in rs.wait(2)?.iter_mut().zip([11, 12]) {
+            check!(
+                d.status == WcStatus::Success
+                    && d.byte_len == 256
+                    && d.qp_num == p.b.qpn()
+                    && matches(d.payload.as_slice(), seq),
+                "SEND {seq} into the SRQ over siw0: {:?}, {} bytes, QP {}",
+                d.status,
+                d.byte_len,
+                d.qp_num
+            );
+        }
+
+        // A SEND with invalidate: the third receive names the server MR's rkey, revoked.
+        let mr = registered_mr(&p.b, 4096, 0, Access::REMOTE_WRITE)?;
+        let remote = mr.remote()?;
+        post_one(
+            &p.a,
+            filled(&pd, 64, 13)?,
+            WcStatus::Success,
+            WcOpcode::Send,
+            |b, ops| {
+                ops.send_inv(b, 0..64, remote.rkey)?;
+                Ok(())
+            },
+        )?;
+        let got = rs.wait(1)?;
+        let d = got.first().ok_or(EINVAL)?;
+        check!(
+            d.status == WcStatus::Success && d.wc.invalidated_rkey() == Some(remote.rkey),
+            "SEND with invalidate over siw0: {:?}, rkey {:?}, expected {:#x}",
+            d.status,
+            d.wc.invalidated_rkey(),
+            remote.rkey
+        );
+        check!(
+            mr.invalidated_by(&d.wc),
+            "the SEND with invalidate did not revoke the MR"
+        );
+        drop(mr);
+
+        // The core's R/W API: READ on the MR path, WRITE as the guest asks.
+        let forced = super::storage::force_mr()?;
+        let CmPair {
+            a,
+            b,
+            _child,
+            _client,
+            _listener,
+            pd,
+        } = p;
+        let a = Arc::new(a, GFP_KERNEL)?;
+        super::storage::read_then_write(
+            &a,
+            &b,
+            &pd,
+            (16, 16 * PAGE_SIZE - 123),
+            21,
+            |op, wqes, mr| {
+                let want = op == "READ" || forced;
+                check!(
+                    mr == want,
+                    "{op} over siw0: the core took the {} path",
+                    if mr { "MR" } else { "SGE" }
+                );
+                pr_info!("iwarp rdma_rw: {op} in {wqes} send queue entries\n");
+                Ok(())
+            },
+        )?;
+        drop((b, a, _child, _client, _listener));
+        drop(srq);
         leak_check()
     })())
 }

@@ -19,7 +19,7 @@ use kernel::{
 /// The QP caps of the cases: room for `RW_CTXS` transfers of up to 256 pages.
 const RW_CTXS: u32 = 4;
 
-fn rw_caps() -> QpCaps {
+pub(super) fn rw_caps() -> QpCaps {
     QpCaps {
         send_depth: 32,
         send_sge: 16,
@@ -48,7 +48,7 @@ fn rw_pair(dev: &Device) -> Result<RwPair> {
 }
 
 /// Whether this guest was booted with the core's `force_mr` knob.
-fn force_mr() -> Result<bool> {
+pub(super) fn force_mr() -> Result<bool> {
     Ok(crate::run(kernel::fmt!("grep -qw ib_core.force_mr=1 /proc/cmdline"))? == 0)
 }
 
@@ -115,7 +115,7 @@ fn target_mr(b: &Qp<Rts>, n: usize, seq: Option<u32>) -> Result<Mr> {
 /// READ of `b`'s pattern `seq` into zeroed pages, then a WRITE of pattern `seq + 1` into `b`'s
 /// zeroed pages, the data checked both times. `seen(op, send queue entries, MR path)` sees
 /// each transfer before it is posted.
-fn read_then_write(
+pub(super) fn read_then_write(
     a: &Arc<Qp<Rts>>,
     b: &Qp<Rts>,
     pd: &Arc<Pd>,
