@@ -350,6 +350,7 @@ impl Port {
             drop(l);
             return Err(CmRefusal::NoResources);
         }
+        let queue = session.queue.clone();
         let session = Some(session);
         match free {
             Some(i) => l.sessions[i] = session,
@@ -358,6 +359,9 @@ impl Port {
                 let _ = l.sessions.push(session, GFP_KERNEL);
             }
         }
+        drop(l);
+        // Listed: a command that ends the queue finds its session.
+        queue.take_early();
         Ok(())
     }
 }

@@ -8,7 +8,10 @@
 //! completion's SEND completes, and the host, which has the completion by then, may already
 //! have sent the entry's next command. A capsule that finds no idle answer waits in its receive
 //! buffer, which is posted again only once the capsule is taken: the host can have no more
-//! commands out than the queue has entries, so the receives posted always cover them.
+//! commands out than the queue has entries, so the receives posted always cover them. The
+//! receives are posted before the connection is accepted (iWARP has no receiver-not-ready
+//! retry); what arrives before the queue has started is carried out once it has
+//! ([`Queue::take_early`]), from the connection request's handler.
 //!
 //! A command: its capsule is copied into an answer (in-capsule data into the answer's pages);
 //! then [`Queue::carry_out`] decides how its data moves ([`Data`]), checks the SGL descriptor
@@ -282,7 +285,8 @@ impl Queue {
         Ok((queue, qp))
     }
 
-    /// The connection is up: two answers per entry, which take the capsules that came first.
+    /// The connection is up: two answers per entry (those that came first wait for
+    /// [`Queue::take_early`]).
     pub(crate) fn start(self: &Arc<Self>, qp: Qp<Rts>) -> Result {
         let qp = Arc::new(qp, GFP_KERNEL)?;
         *self.qp.lock() = Some(qp.clone());
@@ -311,12 +315,18 @@ impl Queue {
             };
             answers.push(Some(Wr::new(answer, GFP_KERNEL)?), GFP_KERNEL)?;
         }
-        {
-            let mut pool = self.pool.lock();
-            pool.idle = answers.len();
-            pool.answers = answers;
-        }
-        // The capsules that came between the accept and now, oldest first.
+        let mut pool = self.pool.lock();
+        pool.idle = answers.len();
+        pool.answers = answers;
+        Ok(())
+    }
+
+    /// Carries out the capsules that came between the accept and [`Queue::start`], oldest
+    /// first (a host sends its Connect once its side is up, which on iWARP may be before this
+    /// side's accept has returned). Called by the port once the queue's session is listed, in
+    /// the connection request's handler: nvmet-rdma, too, carries out such commands from its
+    /// rdma_cm handler (on the connection's ESTABLISHED event).
+    pub(crate) fn take_early(self: &Arc<Self>) {
         loop {
             let answer = {
                 let mut pool = self.pool.lock();
@@ -330,7 +340,6 @@ impl Queue {
                 None => break,
             }
         }
-        Ok(())
     }
 
     /// Frees the queue: every request comes back (drain); the answers and capsules, which

@@ -208,7 +208,8 @@ mode_nvmet_peer_target() {
 	NVMT_SIW_ADDR=$SIW_A
 	nvmt_check siw_port_added tgt_siw_port $NVMP_ROOT $NVMP_NQN 2 $NVMP_SVC 1 ||
 		nvmt_gate=${nvmt_gate:-"no port on siw0 (row siw_port_added)"}
-	if [ -z "$nvmt_skip" ]; then
+	# b listens for this word only if it heard "ready" on 5050.
+	if [ -z "$nvmt_skip" ] && [ -z "$tgt_gate" ]; then
 		if [ -z "$nvmt_gate" ]; then nc_send $NVMP_HOST 5058 ready; else nc_send $NVMP_HOST 5058 failed; fi
 	fi
 	nvmt_check siw_host_controller_seen nvmp_word_then_status 5059 ok 1 2 180 2
@@ -261,6 +262,7 @@ mode_nvmet_peer_host() {
 	nvmp_rust_host_rows
 	nvmt_skip=$skip0
 	nvmp_siw_host_rows
+	nvmt_skip=$skip0
 	suite_end
 }
 
@@ -273,7 +275,9 @@ nvmp_siw_host_rows() {
 	nvmt_gate=$nvmp_alone
 	nvmt_check siw_target_ready peer_says 5058 ready 300 ||
 		gate="the target has no port on siw0 (row siw_target_ready)"
-	nvmt_gate=${nvmp_alone:-$gate}
+	# Without that port the target's siw rows do not run: no word goes to them.
+	local nvmp_alone=${nvmp_alone:-$gate}
+	nvmt_gate=$nvmp_alone
 	nvmt_check siw_connect nvmt_connect $NVMP_NQN $SIW_A $NVMP_SVC ||
 		nvmt_gate=${nvmt_gate:-"no controller over siw0 (row siw_connect)"}
 	nvmp_tell 5059 siw_connect

@@ -252,7 +252,8 @@ siw_rping_listen() {
 	local rc
 	timeout 300 rping -s -a "$1" -p "$2" -V > /tmp/rping-srv 2>&1 &
 	local pid=$!
-	wait_for 20 listening "$1" "$2" || { kill $pid; echo "rping -s did not listen"; return 1; }
+	wait_for 20 listening "$1" "$2" ||
+		{ kill $pid; nc_send "$3" "$4" failed; echo "rping -s did not listen"; return 1; }
 	nc_send "$3" "$4" listening || { kill $pid; echo "the peer did not take our word"; return 1; }
 	wait $pid
 	rc=$?
@@ -264,7 +265,8 @@ siw_rping_listen() {
 siw_ulp_listen() {
 	local a=$1 p=$2 n=$3 h=$4 w=$5 id
 	shift 5
-	ulp_ctl start cm=server addr="$a" port="$p" count="$n" "$@" || return 1
+	ulp_ctl start cm=server addr="$a" port="$p" count="$n" "$@" ||
+		{ nc_send "$h" "$w" failed; return 1; }
 	id=$(ulp_last_id)
 	nc_send "$h" "$w" listening || { ulp_ctl stop id="$id"; echo "the peer did not take our word"; return 1; }
 	ulp_ctl wait id="$id" || { ulp_row "$id"; ulp_ctl stop id="$id"; return 1; }

@@ -533,6 +533,20 @@ ulp_cm_link_delete() {
 	add_link "$type" "$dev" "$ndev" || { echo "$dev did not come back"; return 1; }
 	ulp_cm_pair "$a" $((p + 1)) rc 50 256
 }
+# ulp_cm_rmmod_under DEV ADDR PORT: the module unloaded under a connection on
+# DEV (server and client both there): both runs stopped on its removal.
+ulp_cm_rmmod_under() {
+	local dev=$1 a=$2 p=$3 id
+	# Whatever fails before the unload, the module goes: later suites load it.
+	local give_up='ulp_ctl stop all; timeout 30 rmmod rdma_rust_ulp; return 1'
+	ulp_ctl start cm=server addr="$a" port="$p" || eval "$give_up"
+	ulp_ctl start cm=client addr="$a" port="$p" count=1000000000 || eval "$give_up"
+	id=$(ulp_last_id)
+	wait_for 10 ulp_above "$id" messages 0 || { ulp_row "$id"; echo "no pings yet"; eval "$give_up"; }
+	mark
+	timeout 30 rmmod rdma_rust_ulp || { since_mark; echo "rmmod failed"; return 1; }
+	since_mark | grep -q "rdma_rust_ulp: $dev: detached (2 runs stopped)" || { since_mark; return 1; }
+}
 # ulp_cm_server_stops: the server run is stopped under a connected client (both
 # ends on rxe1): the client's run ends with the error, and the client answers
 # the server's DREQ when it comes (the DREP moves its QP, the only RC QP left on
@@ -593,7 +607,8 @@ ulp_cm() {
 	check server_stop_answered_at_once ulp_cm_server_stops
 	check link_delete_under_connection ulp_cm_link_delete rxe rxe1 veth1 10.77.1.1 7207
 	check siw_link_delete_under_connection ulp_cm_link_delete siw siw1 veth3 10.77.3.1 7225
-	check rmmod timeout 30 rmmod rdma_rust_ulp
+	# The module's last unload here is under a connection on siw0.
+	check siw_rmmod_under_connection ulp_cm_rmmod_under siw0 10.77.2.1 7227
 	check resources_released resources_as_before
 	suite_end
 }

@@ -228,6 +228,8 @@ impl<'a> SendOps<'a> {
             qkey,
         )?;
         wr.send.ex.imm_data = imm.to_be();
+        // No UD QP exists on iWARP, but the rule is the opcode's.
+        self.imm = true;
         Ok(self)
     }
 

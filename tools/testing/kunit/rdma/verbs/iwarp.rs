@@ -52,6 +52,12 @@ extern "C" fn rdma_kunit_iwarp_refusals() -> c_int {
         check!(rc.err() == Some(EOPNOTSUPP), "an RC QP by hand on siw0");
         let ud = Qp::new(&pd, QpType::Ud, &cq, &cq, &caps);
         check!(ud.err() == Some(EOPNOTSUPP), "a UD QP by hand on siw0");
+        let srq = Srq::new(&pd, &cq, 8, 1)?;
+        let on_srq = Qp::new_with_srq(&pd, QpType::Rc, &cq, &srq, &caps);
+        check!(
+            on_srq.err() == Some(EOPNOTSUPP),
+            "an RC QP on an SRQ by hand on siw0"
+        );
 
         // The connection manager binds a UD id to siw0 (the address is IP), but it gets no
         // QP and joins no group.
@@ -350,6 +356,25 @@ extern "C" fn rdma_kunit_iwarp_cm_pair() -> c_int {
         check!(
             r.as_ref().err().map(|e| e.err) == Some(EOPNOTSUPP),
             "fetch_add on siw0 was not refused"
+        );
+        drop(r);
+        let r =
+            p.a.post_send(twr(DmaBuf::new(pd, 8, GFP_KERNEL)?, &s8)?, |t, ops| {
+                ops.compare_swap(&mut t.payload, 0, remote, 0, 1)?;
+                Ok(())
+            });
+        check!(
+            r.as_ref().err().map(|e| e.err) == Some(EOPNOTSUPP),
+            "compare_swap on siw0 was not refused"
+        );
+        drop(r);
+        let r = p.a.post_send(twr(filled(pd, 64, 5)?, &s8)?, |t, ops| {
+            ops.write_imm(&t.payload, 0..64, remote, 7)?;
+            Ok(())
+        });
+        check!(
+            r.as_ref().err().map(|e| e.err) == Some(EOPNOTSUPP),
+            "an RDMA WRITE with immediate data on siw0 was not refused"
         );
         drop(r);
         let r = p.a.post_send(twr(filled(pd, 64, 4)?, &s8)?, |t, ops| {
