@@ -16,7 +16,9 @@
 //! Events reach the [`Handler`] of the id in process context (the CM's work queue), one at a
 //! time per id, with the id's handler lock held: handlers may sleep, and `rdma_accept` (and
 //! `rdma_connect` from a handler) must run there. A QP created on an id is moved through its
-//! states by the CM; [`Qp::established`] checks that it is ready to send.
+//! states by the CM; [`Qp::established`] checks that it is ready to send, and [`Qp::managed`]
+//! shares it before that, for a server whose receives, posted before the accept, post on it
+//! when they complete.
 //!
 //! Destroying an id (`rdma_destroy_id`) waits for its running handler, so an id must not be
 //! destroyed from its own handler. Dropping the last [`CmId`] (or the QP on it) does the right
@@ -441,7 +443,8 @@ impl<H: Handler> CmId<H> {
     /// [`Qp::established`]. Receives may be posted at once, and should be before the accept
     /// (or connect) for any message the peer may send first: an iWARP peer's SEND may follow
     /// the accept at once, and iWARP has no receiver-not-ready retry (a SEND that finds no
-    /// receive ends the connection with a TERMINATE). Sleeps.
+    /// receive ends the connection with a TERMINATE). When their completions post on the QP
+    /// (an answer, the receive again), share it as [`Qp::managed`] does. Sleeps.
     ///
     /// The QP holds the id: the id lives until the QP is dropped.
     ///

@@ -6,7 +6,7 @@
 
 use crate::{
     bindings,
-    error::{code::*, to_result, Result},
+    error::{code::*, to_result, Error, Result},
     str::CStr,
     types::{ARef, AlwaysRefCounted, Opaque},
 };
@@ -230,6 +230,26 @@ impl Device {
 }
 
 impl Device {
+    /// Returns the first IPv4 address of the network device bound to `port` (RoCE and
+    /// iWARP): an address at which rdma_cm reaches the port.
+    ///
+    /// # Errors
+    ///
+    /// - `EINVAL` for a port outside [`Device::ports`].
+    /// - `EADDRNOTAVAIL` when no network device is bound to the port, or it has no IPv4
+    ///   address.
+    pub fn ipv4_addr(&self, port: u32) -> Result<[u8; 4]> {
+        self.check_port(port)?;
+        // SAFETY: `self.as_raw()` is valid (invariant) and `port` has been checked; the helper
+        // holds the network device while it reads its addresses.
+        let addr = unsafe { bindings::rdma_port_ipv4(self.as_raw(), port) };
+        // The address is in network order in memory: its bytes as they are.
+        match addr.to_ne_bytes() {
+            [0, 0, 0, 0] => Err(Error::from_errno(-(bindings::EADDRNOTAVAIL as i32))),
+            ip => Ok(ip),
+        }
+    }
+
     /// Returns the device's capabilities (`ib_device.attrs`), fixed at registration.
     pub fn attrs(&self) -> DeviceAttr<'_> {
         // SAFETY: `self.as_raw()` is valid (invariant); `attrs` is filled in by the driver

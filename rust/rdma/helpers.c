@@ -13,6 +13,7 @@
 #include <linux/fault-inject.h>
 #include <linux/hardirq.h>
 #include <linux/hashtable.h>
+#include <linux/inetdevice.h>
 #include <linux/init.h>
 #include <linux/kernel.h>
 #include <linux/module.h>
@@ -365,6 +366,19 @@ struct scatterlist *rust_helper_rdma_sg_dma(struct scatterlist *sg, u64 *addr,
 bool rust_helper_rdma_protocol_iwarp(const struct ib_device *device, u32 port_num)
 {
 	return rdma_protocol_iwarp(device, port_num);
+}
+
+/* The first IPv4 address of the netdev bound to a port (network order); 0 if none. */
+__be32 rust_helper_rdma_port_ipv4(struct ib_device *device, u32 port_num)
+{
+	struct net_device *ndev = ib_device_get_netdev(device, port_num);
+	__be32 addr;
+
+	if (!ndev)
+		return 0;
+	addr = inet_select_addr(ndev, 0, RT_SCOPE_UNIVERSE);
+	dev_put(ndev);
+	return addr;
 }
 
 /*

@@ -159,6 +159,8 @@ mod private {
 pub trait State: private::Sealed {}
 /// A state in which receives may be posted.
 pub trait CanRecv: State {}
+/// A state in which sends may be posted.
+pub trait CanSend: CanRecv {}
 
 /// Fresh QP.
 pub struct Reset;
@@ -168,18 +170,32 @@ pub struct Init;
 pub struct Rtr;
 /// Ready-to-send QP: sends may be posted.
 pub struct Rts;
+/// A QP of a connection manager id whose states the CM moves from now on, shared before its
+/// connection is established ([`Qp::managed`]). Receives may be posted at once and sends
+/// compile, but until the CM has made the QP ready to send the driver refuses them (soft-RoCE
+/// with `EINVAL`, soft-iWARP with `ENOTCONN`): a handler that answers a received message
+/// can post its answer, since the passive side's QP is ready to send before the peer can
+/// send to it. A QP shared by the requests posted on it before `rdma_accept` needs this
+/// state: iWARP has no receiver-not-ready retry, so a server's receives must be posted before
+/// the accept, and their completions must be able to post on the same QP afterwards.
+pub struct Cm;
 
 impl private::Sealed for Reset {}
 impl private::Sealed for Init {}
 impl private::Sealed for Rtr {}
 impl private::Sealed for Rts {}
+impl private::Sealed for Cm {}
 impl State for Reset {}
 impl State for Init {}
 impl State for Rtr {}
 impl State for Rts {}
+impl State for Cm {}
 impl CanRecv for Init {}
 impl CanRecv for Rtr {}
 impl CanRecv for Rts {}
+impl CanRecv for Cm {}
+impl CanSend for Rts {}
+impl CanSend for Cm {}
 
 /// Which queues have been drained for good.
 #[derive(Default)]

@@ -6,8 +6,10 @@
 //! through its states. The steps: resolve the address (which device), then the route, create
 //! the QP on the id, connect, and wait for [`Event::Established`] ([`Qp::established`]). Each
 //! answer reaches the id's [`Handler`] in process context (the CM's work queue), and the
-//! thread waits for it. A client's `add` finds the first IPv4 address in a GID table; the
-//! module connects there to `rdma_rust_cm_server` and checks `MESSAGES` echoes.
+//! thread waits for it. A client's `add` notes the IPv4 address of each device's port (that of
+//! its network device: RoCE and iWARP alike); the module connects to `rdma_rust_cm_server` at
+//! each address in turn and checks `MESSAGES` echoes. On iWARP the server's receives must be
+//! posted before it accepts (see the server), and this client's before it sends.
 
 use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::prelude::*;
@@ -42,8 +44,10 @@ const ADDR: u32 = 1;
 const ROUTE: u32 = 2;
 const UP: u32 = 4;
 
-/// The first IPv4 address of a RoCE port (its GID is `::ffff:a.b.c.d`); 0: none.
-static FOUND: AtomicU32 = AtomicU32::new(0);
+/// Devices whose address the module tries, at most.
+const MAX_ADDRS: usize = 8;
+/// The IPv4 address of each device's port in network order, in the order found; 0: none.
+static FOUND: [AtomicU32; MAX_ADDRS] = [const { AtomicU32::new(0) }; MAX_ADDRS];
 
 struct Finder;
 
@@ -57,14 +61,14 @@ impl Client for Finder {
     }
 
     fn add(dev: &Device) -> Result<KBox<()>> {
-        for port in dev.ports() {
-            if let Some(g) = (0..8)
-                .filter_map(|i| dev.gid(port, i).ok())
-                .find(|g| g.ipv4)
-            {
-                let ip = u32::from_be_bytes([g.gid.0[12], g.gid.0[13], g.gid.0[14], g.gid.0[15]]);
-                let _ = FOUND.compare_exchange(0, ip, Ordering::Relaxed, Ordering::Relaxed);
-            }
+        // One address per device: a second port would reach the same server.
+        if let Some(ip) = dev.ports().find_map(|port| dev.ipv4_addr(port).ok()) {
+            let ip = u32::from_be_bytes(ip);
+            // The first free slot; none left: the device is not tried.
+            let _ = FOUND.iter().any(|slot| {
+                slot.compare_exchange(0, ip, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+            });
         }
         Ok(KBox::new((), GFP_KERNEL)?)
     }
@@ -182,17 +186,21 @@ impl kernel::Module for CmClient {
     fn init(_module: &'static ThisModule) -> Result<Self> {
         // `add` runs for every device present before this returns; no lock is held after.
         let reg = Registration::<Finder>::new()?;
-        let ip = FOUND.load(Ordering::Relaxed).to_be_bytes();
-        if ip == [0; 4] {
-            pr_err!("no RoCE port with an IPv4 address: nothing to connect to\n");
-            return Err(ENODEV);
+        let found = FOUND.iter().map(|slot| slot.load(Ordering::Relaxed));
+        let mut tried = 0;
+        for ip in found.filter(|&ip| ip != 0).map(u32::to_be_bytes) {
+            tried += 1;
+            let [a, b, c, d] = ip;
+            match echo(SockAddrV4 { ip, port: PORT }) {
+                Ok(n) => pr_info!(
+                    "{a}.{b}.{c}.{d}:{PORT}: RC echo over rdma_cm: {n} of {MESSAGES} messages of {LEN} bytes\n"
+                ),
+                Err(e) => pr_err!("{a}.{b}.{c}.{d}:{PORT}: RC echo over rdma_cm failed: {e:?}\n"),
+            }
         }
-        let [a, b, c, d] = ip;
-        match echo(SockAddrV4 { ip, port: PORT }) {
-            Ok(n) => pr_info!(
-                "{a}.{b}.{c}.{d}:{PORT}: RC echo over rdma_cm: {n} of {MESSAGES} messages of {LEN} bytes\n"
-            ),
-            Err(e) => pr_err!("{a}.{b}.{c}.{d}:{PORT}: RC echo over rdma_cm failed: {e:?}\n"),
+        if tried == 0 {
+            pr_err!("no RDMA port with an IPv4 address: nothing to connect to\n");
+            return Err(ENODEV);
         }
         Ok(CmClient { _reg: reg })
     }

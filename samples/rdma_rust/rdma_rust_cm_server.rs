@@ -4,11 +4,16 @@
 //!
 //! It listens on port 7471 of every IPv4 address. A connection request reaches the
 //! listener's [`Handler`] (process context, the CM's work queue), which takes it, builds a PD,
-//! CQ and QP on the new id's device and accepts. The echo then runs in softirq completion
-//! handlers, without allocating: a completed receive is posted again as a SEND of the same
-//! buffer, and that SEND, once complete, as a receive again. On a disconnect or a device
-//! removal the connection's handler moves the QP to the error state: its requests come back
-//! flushed and are dropped with the last references to the QP, which then goes.
+//! CQ and QP on the new id's device, posts its receives and accepts. The echo then runs in
+//! softirq completion handlers, without allocating: a completed receive is posted again as a
+//! SEND of the same buffer, and that SEND, once complete, as a receive again. On a disconnect
+//! or a device removal the connection's handler moves the QP to the error state: its requests
+//! come back flushed and are dropped with the last references to the QP, which then goes.
+//!
+//! The receives go on the QP before the accept: an iWARP client may send as soon as the
+//! connection is up, and iWARP has no receiver-not-ready retry. Their completions post on the
+//! same QP after the accept, so it is shared as the connection manager's ([`Qp::managed`]):
+//! a state in which both receives and sends may be posted, the CM making it ready to send.
 
 use kernel::new_mutex;
 use kernel::prelude::*;
@@ -17,7 +22,7 @@ use kernel::rdma::{
     cq::{Cq, PollContext, Wc, WcOpcode},
     dma::DmaBuf,
     pd::Pd,
-    qp::{Qp, QpCaps, Rts},
+    qp::{Cm, Qp, QpCaps},
     wr::{Completion, Wr},
 };
 use kernel::sync::{Arc, Mutex};
@@ -39,7 +44,7 @@ const MAX_CONNS: usize = 8; // Connections at once; more are refused.
 struct Echo {
     buf: DmaBuf,
     len: usize,
-    qp: Arc<Qp<Rts>>,
+    qp: Arc<Qp<Cm>>,
 }
 
 impl Completion for Echo {
@@ -72,7 +77,7 @@ fn recv_ops<'a>(e: &'a mut Echo, ops: &mut kernel::rdma::wr::RecvOps<'a>) -> Res
 }
 
 /// An open connection: its id, and its QP.
-type Conn = Option<(CmId<Server>, Arc<Qp<Rts>>)>;
+type Conn = Option<(CmId<Server>, Arc<Qp<Cm>>)>;
 
 #[pin_data]
 struct Conns {
@@ -96,24 +101,20 @@ impl Server {
             recv_depth: BUFS,
             ..QpCaps::default()
         };
-        let qp = id.create_qp(&pd, &cq, &cq, &caps)?;
-        id.accept(&ConnParam::default())?;
-        // On RoCE and InfiniBand, the CM has moved the QP to RTS by now. A message the client
-        // sends before the receives are posted is retried by its QP (receiver not ready).
-        let qp = Arc::new(qp.established()?, GFP_KERNEL)?;
-        for _ in 0..BUFS {
-            let posted = DmaBuf::new(&pd, LEN, GFP_KERNEL).and_then(|buf| {
-                let e = Echo {
-                    buf,
-                    len: 0,
-                    qp: qp.clone(),
-                };
-                Ok(qp.post_recv(Wr::new(e, GFP_KERNEL)?, recv_ops)?)
-            });
+        let qp = Arc::new(id.create_qp(&pd, &cq, &cq, &caps)?.managed()?, GFP_KERNEL)?;
+        let posted = (0..BUFS).try_for_each(|_| {
+            let e = Echo {
+                buf: DmaBuf::new(&pd, LEN, GFP_KERNEL)?,
+                len: 0,
+                qp: qp.clone(),
+            };
+            Ok(qp.post_recv(Wr::new(e, GFP_KERNEL)?, recv_ops)?)
+        });
+        // The accept moves the QP to Ready to Send before the client may send.
+        if let Err(e) = posted.and_then(|()| id.accept(&ConnParam::default())) {
             // The posted buffers hold the QP: flush them, or it would never go.
-            posted.inspect_err(|_| {
-                let _ = qp.set_error();
-            })?;
+            let _ = qp.set_error();
+            return Err(e);
         }
         *slot = Some((id, qp));
         Ok(())

@@ -9,7 +9,7 @@
 //! instead: their transitions here fail with `EINVAL`, and [`Qp::established`] checks that the
 //! CM has made one ready to send.
 
-use super::{Endpoint, Init, Qp, QpInner, QpType, Reset, Rtr, Rts, State};
+use super::{Cm, Endpoint, Init, Qp, QpInner, QpType, Reset, Rtr, Rts, State};
 use crate::{
     bindings,
     error::{code::*, to_result, Result},
@@ -302,6 +302,20 @@ impl Qp<Init> {
     /// - What [`Qp::query`] answers (`EAGAIN` in atomic context, ...).
     pub fn established(self) -> Result<Qp<Rts>> {
         if !self.inner.created_on() || self.query_state()? != QpState::Rts {
+            return Err(EINVAL);
+        }
+        Ok(self.into_state())
+    }
+
+    /// Hands the QP's states to the connection manager for good, so that it can be shared
+    /// (in an `Arc`) before the connection is established: by the receives a server posts
+    /// before `rdma_accept`, whose completions then post on it, sends included ([`Cm`]).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` for a QP not created on a CM id (it is dropped).
+    pub fn managed(self) -> Result<Qp<Cm>> {
+        if !self.inner.created_on() {
             return Err(EINVAL);
         }
         Ok(self.into_state())

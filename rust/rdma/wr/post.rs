@@ -16,7 +16,7 @@ use crate::{
     bindings,
     error::{code::*, Error, Result},
     rdma::{
-        qp::{reserve, CanRecv, Qp, Rts},
+        qp::{reserve, CanRecv, CanSend, Qp},
         srq::Srq,
         sync::PostTicket,
     },
@@ -38,7 +38,7 @@ macro_rules! or_cancel {
     };
 }
 
-impl Qp<Rts> {
+impl<S: CanSend> Qp<S> {
     /// Posts the operations `build` adds, chained, as one send request (`ib_post_send`).
     ///
     /// The operations may name only memory reachable from `T` (see [`wr`](super)); the request
@@ -66,7 +66,8 @@ impl Qp<Rts> {
     /// - `EOPNOTSUPP` for an operation only iWARP has ([`SendOps::read_inv`]) on another port.
     /// - `ESHUTDOWN` once the QP is drained.
     /// - `EIO` once a driver failure stopped the QP.
-    /// - Otherwise what the driver's `post_send` returns for the first operation.
+    /// - Otherwise what the driver's `post_send` returns for the first operation (on a
+    ///   [`Cm`](crate::rdma::qp::Cm) QP not yet ready to send, its refusal).
     pub fn post_send<T: Completion>(
         &self,
         wr: Wr<T>,

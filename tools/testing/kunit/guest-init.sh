@@ -379,10 +379,17 @@ samples_suite() {
 	check cm_server_listening since_mark_has "rdma_rust_cm_server: listening on port 7471"
 	rdma_resources > /tmp/res-samples-listening
 	sample_base=/tmp/res-samples-listening
-	sample cm_client echoed "10\.77\.0\.1:7471: RC echo over rdma_cm: 8 of 8 messages of 64 bytes"
+	# The client tries each device's address: rxe0, rxe1, siw0 and siw1 (on
+	# iWARP the server's receives are posted before it accepts).
+	local ok="RC echo over rdma_cm: 8 of 8 messages of 64 bytes" n d
+	sample cm_client echoed_rxe0 "10\.77\.0\.1:7471: $ok" echoed_rxe1 "10\.77\.1\.1:7471: $ok" \
+		echoed_siw0 "10\.77\.2\.1:7471: $ok" echoed_siw1 "10\.77\.3\.1:7471: $ok"
 	sample_base=/tmp/res-samples
-	check cm_server_accepted since_mark_has "rdma_rust_cm_server: 10\.77\.0\.1:[0-9]*: connection accepted"
-	check cm_server_closed wait_for 10 since_mark_has "rdma_rust_cm_server: 10\.77\.0\.1:[0-9]*: connection closed"
+	for n in 0 1 2 3; do
+		d=$( [ $n -lt 2 ] && echo rxe$n || echo siw$((n - 2)) )
+		check "cm_server_accepted_$d" since_mark_has "rdma_rust_cm_server: 10\.77\.$n\.1:[0-9]*: connection accepted"
+		check "cm_server_closed_$d" wait_for 10 since_mark_has "rdma_rust_cm_server: 10\.77\.$n\.1:[0-9]*: connection closed"
+	done
 	check cm_server_rmmod timeout 30 rmmod rdma_rust_cm_server
 	check cm_server_frees_all wait_for 10 resources_same_as /tmp/res-samples-cm
 

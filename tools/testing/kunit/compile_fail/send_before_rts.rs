@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! expect: E0599
-//! message: no method named `post_send` found for reference `&Qp<kernel::rdma::qp::Init>`
+//! message: the method `post_send` exists for reference `&Qp<kernel::rdma::qp::Init>`, but its trait bounds were not satisfied
 //!
-//! A QP sends only once it is ready to send: a QP in Init (created, not yet connected) has no
-//! `post_send`, so a request cannot reach a QP that would reject it or send to nobody.
+//! A QP sends only once it is ready to send: a QP in Init (created, not yet connected) is not in
+//! a `CanSend` state, so it has no `post_send`, and a request cannot reach a QP that would
+//! reject it or send to nobody.
 
 use kernel::prelude::*;
 use kernel::rdma::{

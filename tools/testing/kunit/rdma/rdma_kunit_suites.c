@@ -333,12 +333,14 @@ RDMA_KUNIT_SIW_CASE(rdma_kunit_iwarp_transport)
 RDMA_KUNIT_SIW_CASE(rdma_kunit_iwarp_refusals)
 RDMA_KUNIT_SIW_CASE(rdma_kunit_iwarp_cm_pair)
 RDMA_KUNIT_SIW_CASE(rdma_kunit_iwarp_cm_srq_rw)
+RDMA_KUNIT_SIW_CASE(rdma_kunit_iwarp_cm_managed)
 
 static struct kunit_case rdma_iwarp_cases[] = {
 	KUNIT_CASE(rdma_kunit_iwarp_transport_case),
 	KUNIT_CASE(rdma_kunit_iwarp_refusals_case),
 	KUNIT_CASE(rdma_kunit_iwarp_cm_pair_case),
 	KUNIT_CASE(rdma_kunit_iwarp_cm_srq_rw_case),
+	KUNIT_CASE(rdma_kunit_iwarp_cm_managed_case),
 	{}
 };
 

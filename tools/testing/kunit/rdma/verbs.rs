@@ -22,7 +22,7 @@ use kernel::{
         event::{AsyncEvent, AsyncHandler, Event, EventHandler, EventRegistration},
         mr::{Access, Mr, Region, Remote},
         pd::Pd,
-        qp::{Init, Qp, QpCaps, QpState, QpType, RcParams, Rts},
+        qp::{CanRecv, CanSend, Cm, Init, Qp, QpCaps, QpState, QpType, RcParams, Rts, State},
         srq::Srq,
         sync::{msleep, Completion as Signal, SpinLockBh},
         wr::{Completion, SendOps, Wr, GRH_LEN},
@@ -240,7 +240,7 @@ fn ud_qp(pd: &Arc<Pd>, cq: &Arc<Cq>, qkey: u32) -> Result<Qp<Rts>> {
 }
 
 /// Logs the state of a QP whose request did not complete, with the device's counters.
-fn diag_qp(qp: &Qp<Rts>) {
+fn diag_qp<S: State>(qp: &Qp<S>) {
     pr_err!(
         "QP {} {:?} ({}/{} out)\n",
         qp.qpn(),
@@ -302,7 +302,7 @@ fn matches(buf: &[u8], seq: u32) -> bool {
     buf.iter().enumerate().all(|(i, &x)| x == pattern(seq, i))
 }
 
-fn post_recv(qp: &Qp<Rts>, s: &Arc<Sink<DmaBuf>>, len: usize) -> Result {
+fn post_recv<S: CanRecv>(qp: &Qp<S>, s: &Arc<Sink<DmaBuf>>, len: usize) -> Result {
     let buf = DmaBuf::new(qp.pd(), len, GFP_KERNEL)?;
     qp.post_recv(twr(buf, s)?, |t, ops| {
         let n = t.payload.len();
@@ -420,8 +420,8 @@ fn leak_check() -> Result {
 
 /// Posts one send request owning `payload`, built by `build`, waits for its completion and
 /// checks that it ended with `status` (and, on success, `opcode`); returns what it reported.
-fn post_one<P: Send + 'static>(
-    qp: &Qp<Rts>,
+fn post_one<P: Send + 'static, S: CanSend>(
+    qp: &Qp<S>,
     payload: P,
     status: WcStatus,
     opcode: WcOpcode,

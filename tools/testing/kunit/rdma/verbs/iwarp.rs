@@ -98,7 +98,13 @@ struct Seen {
     res: Option<Res>,
     /// The id the listener took, with its QP, until the case takes them.
     child: Option<(CmId<Ev>, Qp<Init>)>,
+    /// The same, when the server's QP was shared before the accept ([`Res::early`]).
+    managed: Option<Managed>,
 }
+
+/// A server's id with its QP shared before the accept, and how the driver answered the send
+/// tried then.
+type Managed = (CmId<Ev>, Arc<Qp<Cm>>, Option<Error>);
 
 /// The PD, CQ and capabilities of a [`CmPair`]'s QPs, and the SRQ its server side's QP takes
 /// its receives from, if any.
@@ -108,6 +114,9 @@ struct Res {
     cq: Arc<Cq>,
     caps: QpCaps,
     srq: Option<Arc<Srq>>,
+    /// Where the receive the server posts on its QP before the accept reports: set, the
+    /// server shares the QP ([`Qp::managed`]), posts the receive, tries a send and accepts.
+    early: Option<Arc<Sink<DmaBuf>>>,
 }
 
 impl Res {
@@ -134,12 +143,21 @@ impl Ev {
         let res = self.0.seen.lock().res.clone().ok_or(EINVAL)?;
         let child = req.take(Ev(self.0.clone()))?;
         let qp = res.qp(&child, res.srq.as_ref())?;
-        child.accept(&ConnParam {
-            responder_resources: 4,
-            initiator_depth: 4,
-            ..ConnParam::default()
-        })?;
-        self.0.seen.lock().child = Some((child, qp));
+        let Some(early) = &res.early else {
+            child.accept(&pair_param())?;
+            self.0.seen.lock().child = Some((child, qp));
+            return Ok(());
+        };
+        let qp = Arc::new(qp.managed()?, GFP_KERNEL)?;
+        post_recv(&*qp, early, 64)?;
+        let sent = qp.post_send(twr(filled(&res.pd, 64, 0)?, early)?, |t, ops| {
+            ops.send(&t.payload, 0..64)?;
+            Ok(())
+        });
+        let refused = sent.err().map(|e| e.err);
+        // On failure, the receive (which holds nothing of the QP) is flushed with the QP.
+        child.accept(&pair_param())?;
+        self.0.seen.lock().managed = Some((child, qp, refused));
         Ok(())
     }
 }
@@ -171,6 +189,15 @@ impl Handler for Ev {
             pr_err!("iwarp pair: connection manager: {e:?}\n");
             self.0.seen.lock().failed.get_or_insert(e);
         }
+    }
+}
+
+/// What both sides of a [`CmPair`] ask of the connection: four RDMA READs in flight.
+fn pair_param() -> ConnParam<'static> {
+    ConnParam {
+        responder_resources: 4,
+        initiator_depth: 4,
+        ..ConnParam::default()
     }
 }
 
@@ -210,13 +237,23 @@ fn cm_pair(dev: &Device, port: u16) -> Result<CmPair> {
             cq: Cq::new(dev, 128, 0, PollContext::Softirq)?,
             caps: QpCaps::default(),
             srq: None,
+            early: None,
         },
         port,
     )
 }
 
-/// A [`CmPair`] of `res`'s QPs (the server's on `res.srq`, if set).
-fn cm_pair_of(res: Res, port: u16) -> Result<CmPair> {
+/// A connection the CM made on siw0 from `res`'s QPs: the client's side, ready to send, the
+/// listener, and the server's id with its QP as the listener's handler made it.
+struct Connected {
+    a: Qp<Rts>,
+    client: CmId<Ev>,
+    listener: CmId<Ev>,
+    child: Option<(CmId<Ev>, Qp<Init>)>,
+    managed: Option<Managed>,
+}
+
+fn connect(res: Res, port: u16) -> Result<Connected> {
     let sh = Arc::pin_init(
         pin_init!(Shared {
             seen <- new_mutex!(Seen::default(), "rdma_kunit_iwarp_seen"),
@@ -241,26 +278,36 @@ fn cm_pair_of(res: Res, port: u16) -> Result<CmPair> {
         "the client's id is not on siw0"
     );
     let qp = res.qp(&client, None)?;
-    client.connect(&ConnParam {
-        responder_resources: 4,
-        initiator_depth: 4,
-        ..ConnParam::default()
-    })?;
+    client.connect(&pair_param())?;
     let up = wait_seen(&sh, 10_000, "connection", |s| s.established >= 2);
-    let taken = {
+    // Out of `sh` in any case: the server's id holds it through its handler.
+    let (child, managed) = {
         let mut seen = sh.seen.lock();
         seen.res = None;
-        seen.child.take()
+        (seen.child.take(), seen.managed.take())
     };
     up?;
-    let (child, bqp) = taken.ok_or(EINVAL)?;
-    Ok(CmPair {
+    Ok(Connected {
         a: qp.established()?,
-        b: bqp.established()?,
+        client,
+        listener,
+        child,
+        managed,
+    })
+}
+
+/// A [`CmPair`] of `res`'s QPs (the server's on `res.srq`, if set).
+fn cm_pair_of(res: Res, port: u16) -> Result<CmPair> {
+    let pd = res.pd.clone();
+    let c = connect(res, port)?;
+    let (child, b) = c.child.ok_or(EINVAL)?;
+    Ok(CmPair {
+        a: c.a,
+        b: b.established()?,
         _child: child,
-        _client: client,
-        _listener: listener,
-        pd: res.pd,
+        _client: c.client,
+        _listener: c.listener,
+        pd,
     })
 }
 
@@ -414,6 +461,7 @@ extern "C" fn rdma_kunit_iwarp_cm_srq_rw() -> c_int {
                 ..super::storage::rw_caps()
             },
             srq: Some(srq.clone()),
+            early: None,
         };
         let p = cm_pair_of(res, 7232)?;
         check!(
@@ -512,6 +560,91 @@ extern "C" fn rdma_kunit_iwarp_cm_srq_rw() -> c_int {
         )?;
         drop((b, a, _child, _client, _listener));
         drop(srq);
+        leak_check()
+    })())
+}
+
+/// Posts 64 bytes of `b` as a SEND.
+fn send64<'a>(b: &'a mut DmaBuf, ops: &mut SendOps<'a>) -> Result {
+    ops.send(b, 0..64)?;
+    Ok(())
+}
+
+/// A server's QP shared before the accept ([`Qp::managed`]) on siw0: the send it tries then is
+/// refused by the driver (`ENOTCONN`: not connected yet); the receive it posted then takes the
+/// client's SEND, sent as soon as the connection is up (iWARP has no receiver-not-ready
+/// retry); after the accept the shared QP sends. A QP made by hand is not the CM's to manage
+/// (`EINVAL`, on rxe0).
+#[no_mangle]
+extern "C" fn rdma_kunit_iwarp_cm_managed() -> c_int {
+    ret((|| {
+        let rxe = rxe0()?;
+        let rpd = Pd::new(&rxe)?;
+        let rcq = Cq::new(&rxe, 64, 0, PollContext::Direct)?;
+        let hand = Qp::new(&rpd, QpType::Rc, &rcq, &rcq, &QpCaps::default())?
+            .to_init(1, Access::REMOTE_WRITE)?;
+        check!(
+            hand.managed().err() == Some(EINVAL),
+            "a QP made by hand was handed to the connection manager"
+        );
+
+        let dev = siw0()?;
+        let pd = Pd::new(&dev)?;
+        let early = sink::<DmaBuf>()?;
+        let res = Res {
+            pd: pd.clone(),
+            cq: Cq::new(&dev, 128, 0, PollContext::Softirq)?,
+            caps: QpCaps::default(),
+            srq: None,
+            early: Some(early.clone()),
+        };
+        let Connected {
+            a,
+            client,
+            listener,
+            child: _,
+            managed,
+        } = connect(res, 7233)?;
+        let (child, b, refused) = managed.ok_or(EINVAL)?;
+        let not_connected = -(kernel::uapi::ENOTCONN as i32);
+        check!(
+            refused.map(|e| e.to_errno()) == Some(not_connected),
+            "a send before the accept on siw0: {:?}, expected ENOTCONN",
+            refused
+        );
+        post_one(
+            &a,
+            filled(&pd, 64, 31)?,
+            WcStatus::Success,
+            WcOpcode::Send,
+            send64,
+        )?;
+        let mut got = early.wait(1)?;
+        let d = got.first_mut().ok_or(EINVAL)?;
+        check!(
+            d.status == WcStatus::Success && d.byte_len == 64 && matches(d.payload.as_slice(), 31),
+            "the receive posted before the accept: {:?}, {} bytes",
+            d.status,
+            d.byte_len
+        );
+        let answers = sink::<DmaBuf>()?;
+        post_recv(&a, &answers, 64)?;
+        post_one(
+            &*b,
+            filled(&pd, 64, 32)?,
+            WcStatus::Success,
+            WcOpcode::Send,
+            send64,
+        )?;
+        let mut got = answers.wait(1)?;
+        let d = got.first_mut().ok_or(EINVAL)?;
+        check!(
+            d.status == WcStatus::Success && matches(d.payload.as_slice(), 32),
+            "the shared QP's answer: {:?}",
+            d.status
+        );
+        // The QPs before their ids.
+        drop((b, a, child, client, listener));
         leak_check()
     })())
 }
