@@ -45,7 +45,9 @@
 //! busy-polls the CQ, yielding only to tasks waiting for its CPU, instead of sleeping 1 ms
 //! whenever it finds nothing; the lowest latency, at the price of a CPU).
 //!
-//! A `loopback` run (the default) connects two QPs of the device. A run between two hosts is
+//! A `loopback` run (the default) connects two QPs of the device: by hand, or on iWARP (whose
+//! QPs only the connection manager connects, and which has no UD) through rdma_cm, a client id
+//! to a listener on the port's IPv4 address. A run between two hosts is
 //! a `server` on one (it receives; its endpoint is listed in `stats`) and a `client` on the
 //! other, started with the server's endpoint; for RC the server is then connected to the
 //! client's endpoint, and the client (held until then) is let go. With `op=write|read` the

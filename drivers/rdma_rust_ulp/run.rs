@@ -43,6 +43,7 @@ use kernel::time::Ktime;
 use kernel::{new_mutex, new_spinlock_bh};
 
 mod build;
+mod cm_pair;
 mod payload;
 mod target;
 mod traffic;

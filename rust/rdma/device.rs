@@ -230,8 +230,8 @@ impl Device {
 }
 
 impl Device {
-    /// Returns the first IPv4 address of the network device bound to `port` (RoCE and
-    /// iWARP): an address at which rdma_cm reaches the port.
+    /// Returns the first primary IPv4 address of the network device bound to `port` (RoCE
+    /// and iWARP): an address at which rdma_cm reaches the port.
     ///
     /// # Errors
     ///

@@ -368,15 +368,30 @@ bool rust_helper_rdma_protocol_iwarp(const struct ib_device *device, u32 port_nu
 	return rdma_protocol_iwarp(device, port_num);
 }
 
-/* The first IPv4 address of the netdev bound to a port (network order); 0 if none. */
+/*
+ * The first primary IPv4 address of the netdev bound to a port (network order); 0 if
+ * none. Not inet_select_addr(), which falls back to another netdev's address.
+ */
 __be32 rust_helper_rdma_port_ipv4(struct ib_device *device, u32 port_num)
 {
 	struct net_device *ndev = ib_device_get_netdev(device, port_num);
-	__be32 addr;
+	const struct in_ifaddr *ifa;
+	struct in_device *in_dev;
+	__be32 addr = 0;
 
 	if (!ndev)
 		return 0;
-	addr = inet_select_addr(ndev, 0, RT_SCOPE_UNIVERSE);
+	rcu_read_lock();
+	in_dev = __in_dev_get_rcu(ndev);
+	if (in_dev) {
+		in_dev_for_each_ifa_rcu(ifa, in_dev) {
+			if (!(ifa->ifa_flags & IFA_F_SECONDARY)) {
+				addr = ifa->ifa_local;
+				break;
+			}
+		}
+	}
+	rcu_read_unlock();
 	dev_put(ndev);
 	return addr;
 }

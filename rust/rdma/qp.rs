@@ -172,12 +172,18 @@ pub struct Rtr;
 pub struct Rts;
 /// A QP of a connection manager id whose states the CM moves from now on, shared before its
 /// connection is established ([`Qp::managed`]). Receives may be posted at once and sends
-/// compile, but until the CM has made the QP ready to send the driver refuses them (soft-RoCE
-/// with `EINVAL`, soft-iWARP with `ENOTCONN`): a handler that answers a received message
-/// can post its answer, since the passive side's QP is ready to send before the peer can
-/// send to it. A QP shared by the requests posted on it before `rdma_accept` needs this
-/// state: iWARP has no receiver-not-ready retry, so a server's receives must be posted before
-/// the accept, and their completions must be able to post on the same QP afterwards.
+/// compile; what a send posted before the CM has made the QP ready to send does is the
+/// driver's: soft-RoCE refuses it (`EINVAL`), soft-iWARP too (`ENOTCONN`), others queue it
+/// until the QP is ready to send or flush it. Either way the request comes back to its owner.
+/// On the passive side the QP is ready to send before the peer can send to it (rdma_accept
+/// moves it there before it answers), so a handler may answer a received message at once; an
+/// active side should wait for [`Event::Established`]. A QP shared by the requests posted on
+/// it before `rdma_accept` needs this state: iWARP has no receiver-not-ready retry, so a
+/// server's receives must be posted before the accept, and their completions must be able to
+/// post on the same QP afterwards. An [`RwCtx`] takes a [`Qp<Rts>`]: not this state.
+///
+/// [`Event::Established`]: super::cm::Event::Established
+/// [`RwCtx`]: super::rw::RwCtx
 pub struct Cm;
 
 impl private::Sealed for Reset {}

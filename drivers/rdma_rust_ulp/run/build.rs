@@ -42,6 +42,10 @@ impl Run {
             )));
         }
         if spec.mode == QpType::Ud {
+            if dev.is_rnic() {
+                pr_err!("start: {}: iWARP has no UD (mode=rc)\n", dev.name());
+                return Err(EOPNOTSUPP);
+            }
             check_ud_size(spec, &port)?;
         }
         let rdma = spec.op.is_rdma();
@@ -98,9 +102,22 @@ impl Run {
                 .ready_ud()
         };
         let arc = |q: Qp<Rts>| Arc::new(q, GFP_KERNEL);
-        let (mut tx_qp, mut rx_qp, mut unconnected, mut ah, mut endpoint) =
-            (None, None, None, None, None);
+        let (mut tx_qp, mut rx_qp, mut unconnected, mut ah, mut endpoint, mut attached) =
+            (None, None, None, None, None, None);
         match (spec.mode, spec.role, spec.peer) {
+            // iWARP QPs are connected by the connection manager only.
+            (QpType::Rc, Role::Loopback, _) if dev.is_rnic() => {
+                // Both sides are this run's: each is initiator and responder.
+                let limit = attrs.max_qp_init_rd_atom().min(attrs.max_qp_rd_atom());
+                let rd = p
+                    .max_rd_atomic
+                    .min(u8::try_from(limit).unwrap_or(u8::MAX))
+                    .max(1);
+                let (a, b, ids) = super::cm_pair::connect(dev, &pd, &cq, &tx_caps, &rx_caps, rd)?;
+                tx_qp = Some(arc(a)?);
+                rx_qp = Some(arc(b)?);
+                attached = Some(ids);
+            }
             (QpType::Rc, Role::Loopback, _) => {
                 let (a, b) = (rc(&tx_caps)?, rc(&rx_caps)?);
                 let (ea, eb) = (a.endpoint()?, b.endpoint()?);
@@ -156,6 +173,7 @@ impl Run {
             unconnected,
             target,
             ah,
+            attached,
             ..Res::new(pd, cq)
         };
         Self::new(spec, id, endpoint, res)

@@ -67,7 +67,7 @@ impl<S: CanSend> Qp<S> {
     /// - `ESHUTDOWN` once the QP is drained.
     /// - `EIO` once a driver failure stopped the QP.
     /// - Otherwise what the driver's `post_send` returns for the first operation (on a
-    ///   [`Cm`](crate::rdma::qp::Cm) QP not yet ready to send, its refusal).
+    ///   [`Cm`](crate::rdma::qp::Cm) QP not yet ready to send, see there).
     pub fn post_send<T: Completion>(
         &self,
         wr: Wr<T>,

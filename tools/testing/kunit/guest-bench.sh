@@ -20,7 +20,7 @@
 # the CSV and the chart. Sourced by guest-init.sh, whose helpers it uses.
 
 BENCH_ADDR=10.77.0.1
-# siw0's (veth2): the rping cases on soft-iWARP.
+# siw0's (veth2): the rping and RC cases on soft-iWARP.
 BENCH_SIW_ADDR=10.77.2.1
 bench_say() { echo "rdmabench: $*" > /dev/console; }
 
@@ -93,8 +93,10 @@ bench_depth() { if [ "$1" -le 65536 ]; then echo 32; else echo 8; fi; }
 # takes a CPU from rxe's own tasks.
 PEER_LIST=8
 # has_events OP_OR_TOOL: whether perftest has an event mode for the op (not
-# for WRITE, ib_write_bw).
-has_events() { case $1 in *write*) return 1 ;; esac; }
+# for WRITE, ib_write_bw). Nor for SEND on siw0: ib_send_bw -e -l 8 -R there
+# stalled in 2 rounds of 3 (its receiver: no message for 120 s, 592 of 1024
+# received), where the busy-polling runs and ib_read_bw -e did not.
+has_events() { case $1 in *write* | rc_send_siw) return 1 ;; esac; }
 # perf_event_arg TOOL ROLE: -e for ROLE (client or server) of TOOL in event
 # mode: the client, and the server of ib_send_bw, the only server that polls
 # (the servers of ib_write_bw and ib_read_bw refuse -e).
@@ -106,6 +108,16 @@ peer_cfgs() {
 	*) echo base ;;
 	esac
 }
+# perf_op_args OP DEPTH: perftest's arguments for an RC op beside the depth:
+# the SEND receiver's receives, the READs in flight.
+perf_op_args() {
+	case $1 in
+	rc_send) echo "-r $((2 * $2))" ;;
+	rc_read) echo "-o $2" ;;
+	esac
+}
+# op_dev OP: the device of a case's op: siw0 for the *_siw ones.
+op_dev() { case $1 in *_siw) echo siw0 ;; *) echo rxe0 ;; esac; }
 # peer_cfg_args CFG: perftest's arguments for CFG (-e is perf_run's, below).
 peer_cfg_args() { case $1 in list | event) echo "-l $PEER_LIST" ;; esac; }
 
@@ -119,9 +131,11 @@ peer_cfg_args() { case $1 in list | event) echo "-l $PEER_LIST" ;; esac; }
 # messages, where perftest's UD receiver in event mode was seen to print 0).
 # perftest's no figure exits 2 (bench_one runs such a run once more).
 perf_run() {
-	local tool=$1 port=$2 size=$3 n=$4 depth=$5 cev= sev=
+	local tool=$1 port=$2 size=$3 n=$4 depth=$5 cev= sev= to=127.0.0.1
 	shift 5
-	local common="-d rxe0 -s $size -n $n -F -p $port"
+	local common="-d ${PERF_DEV:-rxe0} -s $size -n $n -F -p $port"
+	# PERF_CM_ADDR: rdma_cm connects the QPs (-R), the client to that address.
+	[ -z "${PERF_CM_ADDR:-}" ] || { common="$common -R"; to=$PERF_CM_ADDR; }
 	case $tool in
 	*_bw) common="$common -t $depth" ;;
 	esac
@@ -132,7 +146,7 @@ perf_run() {
 	timeout 300 /usr/bin/$tool $common $sev "$@" > /tmp/perf-s 2>&1 &
 	local spid=$!
 	wait_for 20 tcp_listening "$port" || { kill $spid 2> /dev/null; cat /tmp/perf-s >&2; echo "server did not listen" >&2; return 1; }
-	timeout 300 /usr/bin/$tool $common $cev "$@" 127.0.0.1 > /tmp/perf-c 2>&1
+	timeout 300 /usr/bin/$tool $common $cev "$@" $to > /tmp/perf-c 2>&1
 	local crc=$?
 	wait $spid
 	local src=$?
@@ -183,7 +197,7 @@ rping_time() {
 # ulp_timed KEY=VALUE...: one unvalidated run to its end; prints "MESSAGES
 # ELAPSED_US P50_US P99_US RECEIVED LOST" from its row of the stats table.
 ulp_timed() {
-	ulp_ctl start dev=rxe0 validate=0 wait=1 "$@" || return 1
+	ulp_ctl start dev="${ULP_DEV:-rxe0}" validate=0 wait=1 "$@" || return 1
 	local id
 	id=$(ulp_last_id)
 	[ "$(ulp_stat "$id" errors)" = 0 ] || { ulp_row "$id" >&2; return 1; }
@@ -244,6 +258,9 @@ rping_64 rt rping 64
 rping_4k rt rping 4096
 rping_64_siw rt rping_siw 64
 rping_4k_siw rt rping_siw 4096
+rc_send_64k_siw bw rc_send_siw 65536
+rc_write_64k_siw bw rc_write_siw 65536
+rc_read_64k_siw bw rc_read_siw 65536
 "
 # The size sweep (the chart): SEND and WRITE, 64 B to 1 MiB; sizes the cases
 # above already cover are not run twice.
@@ -264,9 +281,13 @@ sweep_cases() {
 # A/B of each (3 runs each way, same boot) found them: SENDs and WRITEs posted
 # 8 to a chain (64 B SEND +10 %, 4 KiB and 64 KiB WRITE +10-15 %), READs one by
 # one (a chain of 8 was 20 % slower), no inline (no gain over the noise).
+# On siw0 one post per message: there batch=1 made 613 and 706 MB/s of 64 KiB
+# SENDs and WRITEs where batch=8 had made 491 and 469 (3 rounds each, two
+# boots of 2026-11-29), as perftest's own best there is without a post list.
 # BENCH_ULP_FAST replaces these for every op.
 ulp_args() {
-	local op=$1 size=$2 depth=$3 fast=${ULP_FAST-batch=8}
+	local op=${1%_siw} size=$2 depth=$3 fast=${ULP_FAST-batch=8}
+	[ "$op" = "$1" ] || fast=${ULP_FAST-}
 	case $op in
 	rc_send) echo "mode=rc op=send size=$size depth=$depth $fast" ;;
 	rc_write) echo "mode=rc op=write size=$size depth=$depth $fast" ;;
@@ -296,19 +317,23 @@ bench_exec() {
 		case $op in
 		rping) ulp_rping_time $BENCH_ADDR $port "$size" "$n" ;;
 		rping_siw) ulp_rping_time $BENCH_SIW_ADDR $port "$size" "$n" ;;
-		*) ulp_timed $(ulp_args "$op" "$size" "$depth") count="$n" ;;
+		*) ULP_DEV=$(op_dev "$op") ulp_timed $(ulp_args "$op" "$size" "$depth") count="$n" ;;
 		esac
 		return
 	fi
 	[ "$cfg" != event ] || ev=1
 	case $op in
-	rc_send) PERF_EVENTS=$ev perf_run ib_send_bw $port "$size" "$n" "$depth" -r $((2 * depth)) $(peer_cfg_args $cfg) ;;
+	# perftest on siw0: rdma_cm connects its QPs (-R), to siw0's address.
+	*_siw) PERF_DEV=siw0 PERF_CM_ADDR=$BENCH_SIW_ADDR PERF_EVENTS=$ev \
+		perf_run ib_$(echo "${op%_siw}" | sed 's/^rc_//')_bw $port "$size" "$n" "$depth" \
+			$(perf_op_args "${op%_siw}" "$depth") $(peer_cfg_args $cfg) ;;
+	rc_send) PERF_EVENTS=$ev perf_run ib_send_bw $port "$size" "$n" "$depth" $(perf_op_args $op "$depth") $(peer_cfg_args $cfg) ;;
 	# perftest's UD receiver waits for every datagram and fails when rxe
 	# drops one (no receive posted in time): it keeps 512 posted; the ULP
 	# keeps 4 x depth and counts its losses. Both report what arrived.
 	ud_send) PERF_EVENTS=$ev PERF_RECEIVER=1 perf_run ib_send_bw $port "$size" "$n" "$depth" -r 512 -c UD $(peer_cfg_args $cfg) ;;
 	rc_write) PERF_EVENTS=$ev perf_run ib_write_bw $port "$size" "$n" "$depth" $(peer_cfg_args $cfg) ;;
-	rc_read) PERF_EVENTS=$ev perf_run ib_read_bw $port "$size" "$n" "$depth" -o "$depth" $(peer_cfg_args $cfg) ;;
+	rc_read) PERF_EVENTS=$ev perf_run ib_read_bw $port "$size" "$n" "$depth" $(perf_op_args $op "$depth") $(peer_cfg_args $cfg) ;;
 	lat_send) perf_run ib_send_lat $port "$size" "$n" 1 ;;
 	lat_write) perf_run ib_write_lat $port "$size" "$n" 1 ;;
 	rping) rping_time $BENCH_ADDR $port "$size" "$n" ;;
@@ -423,7 +448,7 @@ bench_check() {
 	local ok=ulp_clean
 	# UD may drop a datagram: counted as lost, never hidden.
 	[ "$op" != ud_send ] || ok=ulp_ud_ok
-	if ulp_ctl start dev=rxe0 validate=1 wait=1 $(ulp_args "$op" "$size" "$depth") count=$n &&
+	if ulp_ctl start dev="$(op_dev "$op")" validate=1 wait=1 $(ulp_args "$op" "$size" "$depth") count=$n &&
 		$ok "$(ulp_last_id)" "$n" 0 > /tmp/check 2>&1; then
 		what="the ULP validated $n messages"
 		[ "$op" != ud_send ] || what="$what ($(ulp_stat "$(ulp_last_id)" lost) lost)"
@@ -523,9 +548,9 @@ mode_bench() {
 	setup_veths
 	load_rxe && add_rxe rxe0 veth0 || { bench_say "rxe setup failed"; return; }
 	# Without siw the *_siw cases fail; the others run.
-	setup_siw || bench_say "siw setup failed: the rping_*_siw cases will fail"
+	setup_siw || bench_say "siw setup failed: the *_siw cases will fail"
 	insmod /lib/modules/extra/rdma_rust_ulp.ko || { bench_say "insmod failed"; return; }
-	bench_say "start rounds=$BENCH_ROUNDS bytes=$BENCH_BYTES quick=${BENCH_QUICK:-0} cpus=$(nproc) ulp_fast='${ULP_FAST-batch=8 (read: none)}' ulp_lat='$ULP_LAT'"
+	bench_say "start rounds=$BENCH_ROUNDS bytes=$BENCH_BYTES quick=${BENCH_QUICK:-0} cpus=$(nproc) ulp_fast='${ULP_FAST-batch=8 (read, siw0: none)}' ulp_lat='$ULP_LAT'"
 	rdma_resources_but_pool > /tmp/res-before
 	if [ "$(arg rdmatest.cases)" = script ]; then
 		. /lib/rdmatest/script.sh

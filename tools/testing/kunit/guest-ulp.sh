@@ -193,6 +193,15 @@ ulp_pingpong() {
 	id=$(ulp_last_id)
 	ulp_has "$id" depth 1 && ulp_positive "$id" lat_p50_us
 }
+# ulp_siw_ud_refused: a UD run on siw0 is refused (iWARP has no UD) with a
+# message, and starts nothing.
+ulp_siw_ud_refused() {
+	local rows=$(wc -l < $ULP/stats)
+	mark
+	! ulp_ctl start mode=ud op=send size=64 count=10 dev=siw0 2> /dev/null || { echo "started"; return 1; }
+	since_mark | grep -q 'rdma_rust_ulp: start: siw0: iWARP has no UD' || { since_mark; echo "no message"; return 1; }
+	[ "$(wc -l < $ULP/stats)" = "$rows" ] || { echo "a run was listed"; return 1; }
+}
 # ulp_has ID COLUMN VALUE
 ulp_has() { ulp_row "$1"; [ "$(ulp_stat "$1" "$2")" = "$3" ]; }
 # ulp_above ID COLUMN N: the cell is a number above N
@@ -318,6 +327,13 @@ ulp_traffic() {
 	check pingpong_send ulp_pingpong 200 op=send size=64 inline=1 dev=rxe0
 	check pingpong_write ulp_pingpong 200 op=write size=4096 poll=workqueue dev=rxe1
 	check pingpong_spin ulp_pingpong 200 op=send size=64 poll=direct spin=1 dev=rxe0
+	# On soft-iWARP the run's RC pair is connected by rdma_cm (siw0's veth2
+	# address), every message checked as on rxe; UD is refused.
+	check siw_rc_send_4KiB ulp_run 300 1 mode=rc op=send size=4096 dev=siw0
+	check siw_rc_write_64KiB_batch8 ulp_run 100 0 mode=rc op=write size=65536 depth=8 batch=8 dev=siw0
+	check siw_rc_read_16KiB ulp_run 100 0 mode=rc op=read size=16384 depth=8 dev=siw0
+	check siw_pingpong_send ulp_pingpong 200 op=send size=64 inline=1 dev=siw0
+	check siw_ud_refused ulp_siw_ud_refused
 	# The pool's CQs stay until their device goes: rxe1, whose deletion below frees them.
 	check rc_send_cq_pool ulp_run 300 1 mode=rc op=send size=4096 pool=1 dev=rxe1
 	check ud_send_cq_pool ulp_ud_run 300 mode=ud op=send size=1024 pool=1 poll=workqueue dev=rxe1

@@ -226,7 +226,6 @@ struct CmPair {
     b: Qp<Rts>,
     _child: CmId<Ev>,
     _client: CmId<Ev>,
-    _listener: CmId<Ev>,
     pd: Arc<Pd>,
 }
 
@@ -243,12 +242,11 @@ fn cm_pair(dev: &Device, port: u16) -> Result<CmPair> {
     )
 }
 
-/// A connection the CM made on siw0 from `res`'s QPs: the client's side, ready to send, the
-/// listener, and the server's id with its QP as the listener's handler made it.
+/// A connection the CM made on siw0 from `res`'s QPs: the client's side, ready to send, and
+/// the server's id with its QP as the listener's handler made it.
 struct Connected {
     a: Qp<Rts>,
     client: CmId<Ev>,
-    listener: CmId<Ev>,
     child: Option<(CmId<Ev>, Qp<Init>)>,
     managed: Option<Managed>,
 }
@@ -280,7 +278,10 @@ fn connect(res: Res, port: u16) -> Result<Connected> {
     let qp = res.qp(&client, None)?;
     client.connect(&pair_param())?;
     let up = wait_seen(&sh, 10_000, "connection", |s| s.established >= 2);
-    // Out of `sh` in any case: the server's id holds it through its handler.
+    // No request is taken after this: destroying the listener waits for its handler, which
+    // may be storing the server's id. That id is then out of `sh` in any case (it holds `sh`
+    // through its handler).
+    drop(listener);
     let (child, managed) = {
         let mut seen = sh.seen.lock();
         seen.res = None;
@@ -290,7 +291,6 @@ fn connect(res: Res, port: u16) -> Result<Connected> {
     Ok(Connected {
         a: qp.established()?,
         client,
-        listener,
         child,
         managed,
     })
@@ -306,7 +306,6 @@ fn cm_pair_of(res: Res, port: u16) -> Result<CmPair> {
         b: b.established()?,
         _child: child,
         _client: c.client,
-        _listener: c.listener,
         pd,
     })
 }
@@ -394,49 +393,59 @@ extern "C" fn rdma_kunit_iwarp_cm_pair() -> c_int {
         );
 
         // No atomics, no immediate data: refused before the driver sees them.
-        let s8 = sink::<DmaBuf>()?;
-        let r =
-            p.a.post_send(twr(DmaBuf::new(pd, 8, GFP_KERNEL)?, &s8)?, |t, ops| {
-                ops.fetch_add(&mut t.payload, 0, remote, 1)?;
-                Ok(())
-            });
-        check!(
-            r.as_ref().err().map(|e| e.err) == Some(EOPNOTSUPP),
-            "fetch_add on siw0 was not refused"
-        );
-        drop(r);
-        let r =
-            p.a.post_send(twr(DmaBuf::new(pd, 8, GFP_KERNEL)?, &s8)?, |t, ops| {
-                ops.compare_swap(&mut t.payload, 0, remote, 0, 1)?;
-                Ok(())
-            });
-        check!(
-            r.as_ref().err().map(|e| e.err) == Some(EOPNOTSUPP),
-            "compare_swap on siw0 was not refused"
-        );
-        drop(r);
-        let r = p.a.post_send(twr(filled(pd, 64, 5)?, &s8)?, |t, ops| {
-            ops.write_imm(&t.payload, 0..64, remote, 7)?;
+        let a = &p.a;
+        refused(a, DmaBuf::new(pd, 8, GFP_KERNEL)?, "fetch_add", |b, ops| {
+            ops.fetch_add(b, 0, remote, 1)?;
             Ok(())
-        });
-        check!(
-            r.as_ref().err().map(|e| e.err) == Some(EOPNOTSUPP),
-            "an RDMA WRITE with immediate data on siw0 was not refused"
-        );
-        drop(r);
-        let r = p.a.post_send(twr(filled(pd, 64, 4)?, &s8)?, |t, ops| {
-            ops.send_imm(&t.payload, 0..64, 7)?;
-            Ok(())
-        });
-        check!(
-            r.as_ref().err().map(|e| e.err) == Some(EOPNOTSUPP),
-            "a SEND with immediate data on siw0 was not refused"
-        );
-        drop(r);
+        })?;
+        refused(
+            a,
+            DmaBuf::new(pd, 8, GFP_KERNEL)?,
+            "compare_swap",
+            |b, ops| {
+                ops.compare_swap(b, 0, remote, 0, 1)?;
+                Ok(())
+            },
+        )?;
+        refused(
+            a,
+            filled(pd, 64, 5)?,
+            "an RDMA WRITE with immediate data",
+            |b, ops| {
+                ops.write_imm(b, 0..64, remote, 7)?;
+                Ok(())
+            },
+        )?;
+        refused(
+            a,
+            filled(pd, 64, 4)?,
+            "a SEND with immediate data",
+            |b, ops| {
+                ops.send_imm(b, 0..64, 7)?;
+                Ok(())
+            },
+        )?;
         drop(mr);
         drop(p);
         leak_check()
     })())
+}
+
+/// Posts a send request owning `payload`, built by `build`: `what` must be refused with
+/// `EOPNOTSUPP`, before the driver sees it (the request comes back, never completes).
+fn refused<S: CanSend>(
+    qp: &Qp<S>,
+    payload: DmaBuf,
+    what: &str,
+    build: impl for<'a> FnOnce(&'a mut DmaBuf, &mut SendOps<'a>) -> Result,
+) -> Result {
+    let s = sink::<DmaBuf>()?;
+    let r = qp.post_send(twr(payload, &s)?, |t, ops| build(&mut t.payload, ops));
+    check!(
+        r.as_ref().err().map(|e| e.err) == Some(EOPNOTSUPP),
+        "{what} on siw0 was not refused"
+    );
+    Ok(())
 }
 
 /// What storage ULPs need, on a pair rdma_cm connected on siw0: the server's QP takes its
@@ -537,7 +546,6 @@ extern "C" fn rdma_kunit_iwarp_cm_srq_rw() -> c_int {
             b,
             _child,
             _client,
-            _listener,
             pd,
         } = p;
         let a = Arc::new(a, GFP_KERNEL)?;
@@ -558,7 +566,7 @@ extern "C" fn rdma_kunit_iwarp_cm_srq_rw() -> c_int {
                 Ok(())
             },
         )?;
-        drop((b, a, _child, _client, _listener));
+        drop((b, a, _child, _client));
         drop(srq);
         leak_check()
     })())
@@ -601,7 +609,6 @@ extern "C" fn rdma_kunit_iwarp_cm_managed() -> c_int {
         let Connected {
             a,
             client,
-            listener,
             child: _,
             managed,
         } = connect(res, 7233)?;
@@ -644,7 +651,7 @@ extern "C" fn rdma_kunit_iwarp_cm_managed() -> c_int {
             d.status
         );
         // The QPs before their ids.
-        drop((b, a, child, client, listener));
+        drop((b, a, child, client));
         leak_check()
     })())
 }
