@@ -259,7 +259,7 @@ mode_nvmet_peer_host() {
 	$NVME disconnect-all > /dev/null 2>&1
 	nvmp_tell 5055 outage_disconnect
 	local skip0=$nvmt_skip
-	nvmp_rust_host_rows
+	nvmp_rust_host_rows $NVMP_TARGET '' 5056 5057 2m 4m full
 	nvmt_skip=$skip0
 	nvmp_siw_host_rows
 	nvmt_skip=$skip0
@@ -270,8 +270,7 @@ mode_nvmet_peer_host() {
 # siw0 (soft-iWARP, eth1): the stock one (connect, fio with verification,
 # disconnect), then rdma_rust_nvme (the same, and rmmod).
 nvmp_siw_host_rows() {
-	local gate= n id
-	id=$(cat /proc/sys/kernel/random/uuid)
+	local gate=
 	nvmt_gate=$nvmp_alone
 	nvmt_check siw_target_ready peer_says 5058 ready 300 ||
 		gate="the target has no port on siw0 (row siw_target_ready)"
@@ -286,53 +285,42 @@ nvmp_siw_host_rows() {
 	nvmt_check siw_disconnect_device_gone nvmt_disconnect $NVMP_NQN
 	$NVME disconnect-all > /dev/null 2>&1
 	nvmp_tell 5060 siw_disconnect_device_gone
-	nvmt_gate=${nvmp_alone:-$gate}
-	[ -e $HST_KO ] || nvmt_skip="rdma_rust_nvme.ko is not in the image (no drivers/rdma_rust_nvme in this tree)"
-	nvmt_check siw_rust_host_insmod hst_insmod || gate=${gate:-"rdma_rust_nvme did not load (row siw_rust_host_insmod)"}
-	nvmt_gate=${nvmp_alone:-$gate}
-	nvmt_check siw_rust_host_connect hst_connect \
-		"$(hst_opts $SIW_A $NVMP_SVC $NVMP_NQN "keep_alive_tmo=5,hostnqn=nqn.2014-08.org.nvmexpress:uuid:$id,hostid=$id")" ||
-		nvmt_gate=${nvmt_gate:-"no controller over siw0 (row siw_rust_host_connect)"}
-	n=$hst_inst
-	nvmp_tell 5061 siw_rust_host_connect
-	nvmt_check siw_rust_host_fio_randwrite_4k_qd32_verify nvmt_fio_dev "/dev/rnvme${n}n1" randwrite 4k 32 512k
-	nvmt_check siw_rust_host_fio_write_128k_verify nvmt_fio_dev "/dev/rnvme${n}n1" write 128k 8 1m
-	nvmt_check siw_rust_host_disconnect hst_disconnect "$n"
-	hst_disconnect_all > /dev/null 2>&1
-	nvmp_tell 5062 siw_rust_host_disconnect
-	nvmt_gate=
-	hst_loaded || nvmt_gate="rdma_rust_nvme is not loaded"
-	nvmt_check siw_rust_host_rmmod hst_rmmod
+	nvmp_rust_host_rows $SIW_A siw_ 5061 5062 512k 1m
 }
 
-# nvmp_rust_host_rows: (b) the project's host, rdma_rust_nvme, against the
-# same target on a (guest-nvme.sh's rows): connect, fio with verification,
-# ext4, a Flush for fsync and FUA for O_SYNC writes, no error counted,
+# nvmp_rust_host_rows ADDR PREFIX WORD1 WORD2 SIZE4K SIZE128K [full]: (b) the
+# project's host, rdma_rust_nvme, against the target at ADDR (guest-nvme.sh's
+# rows, named PREFIXrust_host_*; the target hears WORD1 after the connect and
+# WORD2 after the disconnect): connect, fio with verification (SIZE4K of 4 KiB
+# random writes at QD 32, SIZE128K of 128 KiB writes), with "full" also ext4,
+# a Flush for fsync and FUA for O_SYNC writes and no error counted;
 # disconnect with the target's controller and connections gone, rmmod.
 nvmp_rust_host_rows() {
-	local n= gate= id
+	local addr=$1 p=$2 w1=$3 w2=$4 s4=$5 s128=$6 full=${7:-} n= gate= id
 	id=$(cat /proc/sys/kernel/random/uuid)
 	nvmt_gate=$nvmp_alone
 	[ -e $HST_KO ] || nvmt_skip="rdma_rust_nvme.ko is not in the image (no drivers/rdma_rust_nvme in this tree)"
-	nvmt_check rust_host_insmod hst_insmod || gate="rdma_rust_nvme did not load (row rust_host_insmod)"
+	nvmt_check ${p}rust_host_insmod hst_insmod || gate="rdma_rust_nvme did not load (row ${p}rust_host_insmod)"
 	nvmt_gate=${nvmp_alone:-$gate}
-	nvmt_check rust_host_connect hst_connect \
-		"$(hst_opts $NVMP_TARGET $NVMP_SVC $NVMP_NQN "keep_alive_tmo=5,hostnqn=nqn.2014-08.org.nvmexpress:uuid:$id,hostid=$id")" ||
-		gate=${gate:-"no controller (row rust_host_connect)"}
+	nvmt_check ${p}rust_host_connect hst_connect \
+		"$(hst_opts $addr $NVMP_SVC $NVMP_NQN "keep_alive_tmo=5,hostnqn=nqn.2014-08.org.nvmexpress:uuid:$id,hostid=$id")" ||
+		gate=${gate:-"no controller (row ${p}rust_host_connect)"}
 	n=$hst_inst
-	nvmp_tell 5056 rust_host_connect
+	nvmp_tell $w1 ${p}rust_host_connect
 	nvmt_gate=${nvmp_alone:-$gate}
-	nvmt_check rust_host_fio_randwrite_4k_qd32_verify nvmt_fio_dev "/dev/rnvme${n}n1" randwrite 4k 32 2m
-	nvmt_check rust_host_fio_write_128k_verify nvmt_fio_dev "/dev/rnvme${n}n1" write 128k 8 4m
-	nvmt_check rust_host_ext4_fsck_clean nvmt_ext4_dev "/dev/rnvme${n}n1" 1
-	nvmt_check rust_host_fsync_flush_dsync_fua hst_flush_fua "$n" "rnvme${n}n1"
-	nvmt_check rust_host_status_no_errors hst_status_clean "$n" "$hst_cntlid"
-	nvmt_check rust_host_disconnect hst_disconnect "$n"
+	nvmt_check ${p}rust_host_fio_randwrite_4k_qd32_verify nvmt_fio_dev "/dev/rnvme${n}n1" randwrite 4k 32 $s4
+	nvmt_check ${p}rust_host_fio_write_128k_verify nvmt_fio_dev "/dev/rnvme${n}n1" write 128k 8 $s128
+	if [ -n "$full" ]; then
+		nvmt_check ${p}rust_host_ext4_fsck_clean nvmt_ext4_dev "/dev/rnvme${n}n1" 1
+		nvmt_check ${p}rust_host_fsync_flush_dsync_fua hst_flush_fua "$n" "rnvme${n}n1"
+		nvmt_check ${p}rust_host_status_no_errors hst_status_clean "$n" "$hst_cntlid"
+	fi
+	nvmt_check ${p}rust_host_disconnect hst_disconnect "$n"
 	hst_disconnect_all > /dev/null 2>&1
-	nvmp_tell 5057 rust_host_disconnect
+	nvmp_tell $w2 ${p}rust_host_disconnect
 	nvmt_gate=
 	hst_loaded || nvmt_gate="rdma_rust_nvme is not loaded"
-	nvmt_check rust_host_rmmod hst_rmmod
+	nvmt_check ${p}rust_host_rmmod hst_rmmod
 }
 
 # rdma_nvmet_peer_kill: (a, after rdma_peer_a_kill) the killed host's
