@@ -324,7 +324,7 @@ bench_exec() {
 	[ "$cfg" != event ] || ev=1
 	case $op in
 	# perftest on siw0: rdma_cm connects its QPs (-R), to siw0's address.
-	*_siw) PERF_DEV=siw0 PERF_CM_ADDR=$BENCH_SIW_ADDR PERF_EVENTS=$ev \
+	rc_*_siw) PERF_DEV=siw0 PERF_CM_ADDR=$BENCH_SIW_ADDR PERF_EVENTS=$ev \
 		perf_run ib_$(echo "${op%_siw}" | sed 's/^rc_//')_bw $port "$size" "$n" "$depth" \
 			$(perf_op_args "${op%_siw}" "$depth") $(peer_cfg_args $cfg) ;;
 	rc_send) PERF_EVENTS=$ev perf_run ib_send_bw $port "$size" "$n" "$depth" $(perf_op_args $op "$depth") $(peer_cfg_args $cfg) ;;
