@@ -334,6 +334,7 @@ RDMA_KUNIT_SIW_CASE(rdma_kunit_iwarp_refusals)
 RDMA_KUNIT_SIW_CASE(rdma_kunit_iwarp_cm_pair)
 RDMA_KUNIT_SIW_CASE(rdma_kunit_iwarp_cm_srq_rw)
 RDMA_KUNIT_SIW_CASE(rdma_kunit_iwarp_cm_managed)
+RDMA_KUNIT_SIW_CASE(rdma_kunit_iwarp_chain_buffers_reusable)
 
 static struct kunit_case rdma_iwarp_cases[] = {
 	KUNIT_CASE(rdma_kunit_iwarp_transport_case),
@@ -341,6 +342,7 @@ static struct kunit_case rdma_iwarp_cases[] = {
 	KUNIT_CASE(rdma_kunit_iwarp_cm_pair_case),
 	KUNIT_CASE(rdma_kunit_iwarp_cm_srq_rw_case),
 	KUNIT_CASE(rdma_kunit_iwarp_cm_managed_case),
+	KUNIT_CASE(rdma_kunit_iwarp_chain_buffers_reusable_case),
 	{}
 };
 

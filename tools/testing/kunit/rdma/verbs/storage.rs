@@ -53,7 +53,7 @@ pub(super) fn force_mr() -> Result<bool> {
 }
 
 /// `n` pages holding `seq`'s pattern, as one byte stream.
-fn pattern_pages(pd: &Arc<Pd>, n: usize, seq: u32) -> Result<KVec<Page>> {
+pub(super) fn pattern_pages(pd: &Arc<Pd>, n: usize, seq: u32) -> Result<KVec<Page>> {
     let mut sg = DmaSg::new(pd, n)?;
     let mut chunk = KVec::from_elem(0u8, PAGE_SIZE, GFP_KERNEL)?;
     for p in 0..n {
