@@ -325,11 +325,6 @@ impl Port {
         // before the queue has anything outstanding but its receives.
         let session = Session::new(self, id, queue).map_err(|_| CmRefusal::NoResources)?;
         let (id, queue) = (&session.id, &session.queue);
-        let reads = reads.min(
-            id.device()
-                .map_or(0, |d| d.attrs().max_qp_init_rd_atom())
-                .min(u32::from(u8::MAX)) as u8,
-        );
         let reply = cm_reply(depth);
         let accepted = id.accept(&ConnParam {
             private_data: &reply,

@@ -112,9 +112,11 @@ impl PortSpace {
 pub struct ConnParam<'a> {
     /// Sent to the peer (at most [`MAX_PRIVATE_DATA`] bytes; the transport may allow less).
     pub private_data: &'a [u8],
-    /// RDMA READs and atomics the peer may have outstanding against this side.
+    /// RDMA READs and atomics the peer may have outstanding against this side; [`Id::connect`]
+    /// and [`Id::accept`] hold it to the device's `max_qp_rd_atom`.
     pub responder_resources: u8,
-    /// RDMA READs and atomics this side may have outstanding against the peer.
+    /// RDMA READs and atomics this side may have outstanding against the peer; held to the
+    /// device's `max_qp_init_rd_atom`.
     pub initiator_depth: u8,
     /// Transport retries (connect only; both sides' QPs take it from the request). The
     /// default, 6, makes a request to a peer that vanished fail after 7 ACK timeouts (3.8 s
@@ -144,7 +146,10 @@ impl Default for ConnParam<'_> {
 }
 
 impl ConnParam<'_> {
-    fn to_raw(self) -> Result<bindings::rdma_conn_param> {
+    /// The raw parameters, both READ depths held to what `dev` takes (as [`Qp::to_rts`] holds
+    /// its own): a depth past the device's limit would fail the accept, or the QP's move to
+    /// ready to send, on one device and not on another.
+    fn to_raw(self, dev: Option<&Device>) -> Result<bindings::rdma_conn_param> {
         let len = u8::try_from(self.private_data.len()).map_err(|_| EINVAL)?;
         // SAFETY: All-zeroes is a valid `rdma_conn_param` (no private data, no SRQ).
         let mut p: bindings::rdma_conn_param = unsafe { core::mem::zeroed() };
@@ -152,8 +157,12 @@ impl ConnParam<'_> {
             p.private_data = self.private_data.as_ptr().cast();
         }
         p.private_data_len = len;
-        p.responder_resources = self.responder_resources;
-        p.initiator_depth = self.initiator_depth;
+        let held = |depth: u8, limit: fn(&Device) -> u32| match dev {
+            Some(d) => u8::try_from(u32::from(depth).min(limit(d))).unwrap_or(depth),
+            None => depth,
+        };
+        p.responder_resources = held(self.responder_resources, |d| d.attrs().max_qp_rd_atom());
+        p.initiator_depth = held(self.initiator_depth, |d| d.attrs().max_qp_init_rd_atom());
         p.retry_count = self.retry_count.min(7);
         p.rnr_retry_count = self.rnr_retry_count.min(7);
         p.qp_num = self.qp_num;
@@ -668,7 +677,7 @@ impl Id {
     /// - Otherwise what sending the request answers (`ENOMEM`, or moving the QP to its
     ///   first states).
     pub fn connect(&self, param: &ConnParam<'_>) -> Result {
-        let mut p = param.to_raw()?;
+        let mut p = param.to_raw(self.device().as_deref())?;
         let locked = self.ctx().locked_here();
         // SAFETY: The id is valid; `p` and its private data live for the call (the CM copies
         // them). The locked variant is used exactly when this task holds the handler lock.
@@ -699,7 +708,7 @@ impl Id {
             crate::pr_err!("kernel::rdma: rdma_accept outside the id's event handler\n");
             return Err(EINVAL);
         }
-        let mut p = param.to_raw()?;
+        let mut p = param.to_raw(self.device().as_deref())?;
         // SAFETY: The id is valid and its handler lock is held by this task (checked above).
         to_result(unsafe { bindings::rdma_accept(self.raw(), &mut p) })
     }

@@ -487,13 +487,17 @@ impl Cq {
 
     /// Promises `n` entries to a queue reporting here: a CQ with more work requests
     /// outstanding than entries overruns, which is a fatal device error. `EINVAL` if the free
-    /// entries are fewer than `n`.
+    /// entries are fewer than `n` (with a message: the caller sees only a QP refused).
     pub(crate) fn reserve(&self, n: u32) -> Result {
-        if super::sync::claim(&self.raw.reserved, n, self.entries()) {
-            Ok(())
-        } else {
-            Err(EINVAL)
+        let entries = self.entries();
+        if super::sync::claim(&self.raw.reserved, n, entries) {
+            return Ok(());
         }
+        crate::pr_err!(
+            "kernel::rdma: a queue of {n} entries does not fit its CQ ({} of {entries} free)\n",
+            self.free_entries()
+        );
+        Err(EINVAL)
     }
 
     /// Gives back entries promised by [`Cq::reserve`].
@@ -544,8 +548,8 @@ impl Cq {
         // The entries being taken away are claimed first, so that no QP is promised them
         // meanwhile.
         let cut = self.entries().saturating_sub(entries);
-        if cut > 0 {
-            self.reserve(cut).map_err(|_| EBUSY)?;
+        if cut > 0 && !super::sync::claim(&self.raw.reserved, cut, self.entries()) {
+            return Err(EBUSY);
         }
         // SAFETY: `ptr` is valid (invariant); the driver serialises the resize with polling.
         let ret = unsafe { bindings::ib_resize_cq(self.raw.ptr, nr) };

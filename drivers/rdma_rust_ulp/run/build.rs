@@ -107,12 +107,9 @@ impl Run {
         match (spec.mode, spec.role, spec.peer) {
             // iWARP QPs are connected by the connection manager only.
             (QpType::Rc, Role::Loopback, _) if dev.is_rnic() => {
-                // Both sides are this run's: each is initiator and responder.
-                let limit = attrs.max_qp_init_rd_atom().min(attrs.max_qp_rd_atom());
-                let rd = p
-                    .max_rd_atomic
-                    .min(u8::try_from(limit).unwrap_or(u8::MAX))
-                    .max(1);
+                // Both sides are this run's: each is initiator and responder (the connection
+                // manager's parameters are held to the device's limits).
+                let rd = p.max_rd_atomic.max(1);
                 let (a, b, ids) = super::cm_pair::connect(dev, &pd, &cq, &tx_caps, &rx_caps, rd)?;
                 tx_qp = Some(arc(a)?);
                 rx_qp = Some(arc(b)?);
