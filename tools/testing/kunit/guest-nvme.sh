@@ -115,15 +115,28 @@ hst_disconnect_all() {
 # hst_logged_own: since the last mark, the driver logged a line of its own.
 hst_logged_own() { since_mark | grep -qE '(^|\] )rdma_rust_nvme: '; }
 
+# hst_ios DEV: the I/Os the disk DEV (/dev/rnvmeXnY) completed.
+hst_ios() { awk '{ print $1 + $5 }' "/sys/block/${1#/dev/}/stat"; }
+
+# hst_writing DEV IOS: DEV completed 8 I/Os more than IOS: a background writer
+# started before is at work on it. A fault must wait for that: fio opens its
+# file only once its thread runs (seconds under TCG), and a disk gone by then
+# would be a new regular file to it (hence --allow_file_create=0 as well).
+hst_writing() { [ "$(hst_ios "$1")" -ge $(($2 + 8)) ]; }
+
 # --- recovery ------------------------------------------------------------------------
 # hst_bg_fio DEV SECS: a verifying 4 KiB random writer at depth 8 on DEV for
 # SECS seconds, in the background (its pid in /tmp/nvh-bg.pid, its report in
 # /tmp/nvh-bg).
 hst_bg_fio() {
-	$FIO --name=bg --filename="$1" --direct=1 --ioengine=libaio --rw=randwrite --bs=4k \
-		--iodepth=8 --size=8m --time_based --runtime="$2" --verify=crc32c --verify_backlog=16 \
-		--verify_fatal=1 --thread --output=/tmp/nvh-bg > /dev/null 2>&1 &
+	local ios
+	ios=$(hst_ios "$1") || { echo "no disk $1"; return 1; }
+	$FIO --name=bg --filename="$1" --allow_file_create=0 --direct=1 --ioengine=libaio \
+		--rw=randwrite --bs=4k --iodepth=8 --size=8m --time_based --runtime="$2" \
+		--verify=crc32c --verify_backlog=16 --verify_fatal=1 --thread \
+		--output=/tmp/nvh-bg > /dev/null 2>&1 &
 	echo $! > /tmp/nvh-bg.pid
+	wait_for 30 hst_writing "$1" "$ios" || { echo "fio did no I/O on $1 within 30 s"; return 1; }
 }
 
 # hst_fault_under_fio N SECS LEAD BACK CMD...: controller N under hst_bg_fio
@@ -135,7 +148,7 @@ hst_fault_under_fio() {
 	shift 4
 	r0=$(hst_field "$n" reconnects)
 	[ -n "$r0" ] || { cat $HST_STATUS; echo "no controller $n"; return 1; }
-	hst_bg_fio "/dev/rnvme${n}n1" "$secs"
+	hst_bg_fio "/dev/rnvme${n}n1" "$secs" || return 1
 	sleep "$lead"
 	"$@" || { echo "the fault ($*) failed"; rc=1; }
 	wait "$(cat /tmp/nvh-bg.pid)"
@@ -285,12 +298,14 @@ hst_disk_is() {
 # within TMO + 10 s, the controller is dead and fails new I/O at once. The
 # port comes back after.
 hst_loss() {
-	local t0 t1 rc=0
-	$FIO --name=loss --filename="/dev/rnvme${3}n1" --direct=1 --ioengine=libaio --rw=randwrite \
-		--bs=4k --iodepth=4 --size=8m --time_based --runtime=120 --thread \
-		--output=/tmp/nvh-loss > /dev/null 2>&1 &
+	local t0 t1 rc=0 ios
+	ios=$(hst_ios "/dev/rnvme${3}n1") || { echo "no disk /dev/rnvme${3}n1"; return 1; }
+	$FIO --name=loss --filename="/dev/rnvme${3}n1" --allow_file_create=0 --direct=1 \
+		--ioengine=libaio --rw=randwrite --bs=4k --iodepth=4 --size=8m --time_based \
+		--runtime=120 --thread --output=/tmp/nvh-loss > /dev/null 2>&1 &
 	echo $! > /tmp/nvh-bg.pid
-	sleep 2
+	wait_for 30 hst_writing "/dev/rnvme${3}n1" "$ios" ||
+		{ kill "$(cat /tmp/nvh-bg.pid)"; echo "fio did no I/O within 30 s"; return 1; }
 	tgt_unlink "$1" "$2" 1 || { echo "unlinking the port failed"; return 1; }
 	t0=$(date +%s)
 	wait_for $(($4 + 10)) sh -c "! kill -0 $(cat /tmp/nvh-bg.pid) 2> /dev/null"
@@ -317,12 +332,14 @@ hst_loss() {
 # deletes the controller before rdma_cm tears its ids down, the writer fails
 # within 30 s, the disks and the status line go, nothing hangs.
 hst_link_delete() {
-	local t0 rc=0
-	$FIO --name=linkdel --filename="/dev/rnvme${1}n1" --direct=1 --ioengine=libaio --rw=randwrite \
-		--bs=4k --iodepth=4 --size=8m --time_based --runtime=120 --thread \
-		--output=/tmp/hst-linkdel > /dev/null 2>&1 &
+	local t0 rc=0 ios
+	ios=$(hst_ios "/dev/rnvme${1}n1") || { echo "no disk /dev/rnvme${1}n1"; return 1; }
+	$FIO --name=linkdel --filename="/dev/rnvme${1}n1" --allow_file_create=0 --direct=1 \
+		--ioengine=libaio --rw=randwrite --bs=4k --iodepth=4 --size=8m --time_based \
+		--runtime=120 --thread --output=/tmp/hst-linkdel > /dev/null 2>&1 &
 	echo $! > /tmp/hst-bg.pid
-	sleep 2
+	wait_for 30 hst_writing "/dev/rnvme${1}n1" "$ios" ||
+		{ kill "$(cat /tmp/hst-bg.pid)"; echo "fio did no I/O within 30 s"; return 1; }
 	t0=$(uptime_ms)
 	timeout 60 rdma link delete rxe0 || { kill "$(cat /tmp/hst-bg.pid)"; echo "rdma link delete rxe0 failed or hung"; return 1; }
 	wait_for 30 sh -c "! kill -0 $(cat /tmp/hst-bg.pid) 2> /dev/null" ||

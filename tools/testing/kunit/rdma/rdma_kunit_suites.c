@@ -335,6 +335,7 @@ RDMA_KUNIT_SIW_CASE(rdma_kunit_iwarp_cm_pair)
 RDMA_KUNIT_SIW_CASE(rdma_kunit_iwarp_cm_srq_rw)
 RDMA_KUNIT_SIW_CASE(rdma_kunit_iwarp_cm_managed)
 RDMA_KUNIT_SIW_CASE(rdma_kunit_iwarp_chain_buffers_reusable)
+RDMA_KUNIT_SIW_CASE(rdma_kunit_iwarp_read_error_flushes_the_rest)
 
 static struct kunit_case rdma_iwarp_cases[] = {
 	KUNIT_CASE(rdma_kunit_iwarp_transport_case),
@@ -343,6 +344,7 @@ static struct kunit_case rdma_iwarp_cases[] = {
 	KUNIT_CASE(rdma_kunit_iwarp_cm_srq_rw_case),
 	KUNIT_CASE(rdma_kunit_iwarp_cm_managed_case),
 	KUNIT_CASE(rdma_kunit_iwarp_chain_buffers_reusable_case),
+	KUNIT_CASE(rdma_kunit_iwarp_read_error_flushes_the_rest_case),
 	{}
 };
 

@@ -8,13 +8,12 @@
 //! API. A case returns `ENODEV` without `siw0`, a visible skip that `make test` counts as a
 //! failure.
 
+mod completion;
+
 use super::*;
 use kernel::{
     new_mutex,
-    rdma::{
-        cm::{CmId, ConnParam, Event as CmEvent, Handler, Id, PortSpace, SockAddrV4},
-        rw::RwCtx,
-    },
+    rdma::cm::{CmId, ConnParam, Event as CmEvent, Handler, Id, PortSpace, SockAddrV4},
     sync::Mutex,
 };
 
@@ -655,148 +654,6 @@ extern "C" fn rdma_kunit_iwarp_cm_managed() -> c_int {
         );
         // The QPs before their ids.
         drop((b, a, child, client));
-        leak_check()
-    })())
-}
-
-/// Rounds of [`rdma_kunit_iwarp_chain_buffers_reusable`], and the answers of each round.
-const REUSE_ROUNDS: u32 = 32;
-const REUSE_ANSWERS: usize = 4;
-
-/// What the server of that case writes to the client in each round, to keep its own socket
-/// busy: four WRITEs of 64 KiB.
-const BUSY_LEN: usize = 16 * PAGE_SIZE;
-
-/// Whether every completion in `d` succeeded.
-fn all_ok<P>(d: &[Done<P>]) -> bool {
-    d.iter().all(|d| d.status == WcStatus::Success)
-}
-
-/// A read's answer as an NVMe-oF target sends it: a page by RDMA WRITE (unsignalled), then a
-/// SEND. Its completion handler reuses the page at once (zeroes it), as a target may.
-struct Answer {
-    rw: RwCtx<ToDevice>,
-    msg: DmaBuf,
-    sink: Arc<Sink<KVec<Page>>>,
-    _live: Live,
-}
-
-impl Completion for Answer {
-    fn done(wr: Wr<Self>, wc: &Wc) {
-        let Answer {
-            rw,
-            msg: _,
-            sink,
-            _live,
-        } = wr.into_inner();
-        let pages = rw.into_pages();
-        for p in pages.iter() {
-            // SAFETY: The page is the case's alone again: the chain that lent it to the
-            // device has completed.
-            let _ = unsafe { p.fill_zero_raw(0, PAGE_SIZE) };
-        }
-        let _ = sink.list.lock().push(Done::of(wc, pages), GFP_ATOMIC);
-        sink.sig.complete();
-    }
-}
-
-/// The promise every request makes its owner, on iWARP too: once a chain's completion is
-/// reported, the memory of every request in it is the owner's again. siw reported a request
-/// complete once TCP had its pages by reference (zero-copy), so the peer could read a page
-/// after it was reused (overlay 0013). In each round `a` answers four reads as
-/// [`Answer`] does, each page with its own pattern, to its own page of `b`'s MR; when the
-/// SENDs have arrived, `b`'s MR must hold the patterns. `b` writes to `a` meanwhile, so that
-/// its socket is often busy when `a`'s data arrives (TCP then leaves it on the backlog, read
-/// later).
-#[no_mangle]
-extern "C" fn rdma_kunit_iwarp_chain_buffers_reusable() -> c_int {
-    ret((|| {
-        let dev = siw0()?;
-        let res = Res {
-            pd: Pd::new(&dev)?,
-            cq: Cq::new(&dev, 256, 0, PollContext::Softirq)?,
-            caps: QpCaps {
-                send_sge: dev.attrs().max_send_sge().min(16),
-                ..super::storage::rw_caps()
-            },
-            srq: None,
-            early: None,
-        };
-        let CmPair {
-            a,
-            b,
-            _child,
-            _client,
-            pd,
-        } = cm_pair_of(res, 7234)?;
-        let a = Arc::new(a, GFP_KERNEL)?;
-        let target = registered_mr(&b, REUSE_ANSWERS * PAGE_SIZE, 0, Access::REMOTE_WRITE)?;
-        let remote = target.remote()?;
-        let busy_mr = registered_mr(&a, BUSY_LEN, 0, Access::REMOTE_WRITE)?;
-        let busy_at = busy_mr.remote()?;
-        let busy = sink::<DmaBuf>()?;
-        let answered = sink::<KVec<Page>>()?;
-        let mut late = 0;
-        for round in 0..REUSE_ROUNDS {
-            let seq = |k: usize| 100 + round * REUSE_ANSWERS as u32 + k as u32;
-            let rs = sink::<DmaBuf>()?;
-            for _ in 0..REUSE_ANSWERS {
-                post_recv(&b, &rs, 64)?;
-            }
-            let load = DmaBuf::new(&pd, BUSY_LEN, GFP_KERNEL)?;
-            b.post_send(twr(load, &busy)?, |t, ops| {
-                let buf = &t.payload;
-                for _ in 0..4 {
-                    ops.write(buf, 0..BUSY_LEN, busy_at)?;
-                }
-                Ok(())
-            })?;
-            for k in 0..REUSE_ANSWERS {
-                let page = super::storage::pattern_pages(&pd, 1, seq(k))?;
-                let at = Remote {
-                    addr: remote.addr + (k * PAGE_SIZE) as u64,
-                    rkey: remote.rkey,
-                };
-                let rw = RwCtx::<ToDevice>::new(&a, page, PAGE_SIZE, at).map_err(|(e, _)| e)?;
-                LIVE_WRS.fetch_add(1, Ordering::Relaxed);
-                let answer = Answer {
-                    rw,
-                    msg: filled(&pd, 64, seq(k))?,
-                    sink: answered.clone(),
-                    _live: Live,
-                };
-                a.post_send(Wr::new(answer, GFP_KERNEL)?, |t, ops| {
-                    ops.rw(&mut t.rw)?.send(&t.msg, 0..64)?;
-                    Ok(())
-                })?;
-            }
-            check!(
-                all_ok(&answered.wait(REUSE_ANSWERS)?),
-                "round {round}: an answer failed"
-            );
-            check!(
-                all_ok(&rs.wait(REUSE_ANSWERS)?),
-                "round {round}: a SEND did not arrive"
-            );
-            check!(
-                all_ok(&busy.wait(1)?),
-                "round {round}: the server's WRITEs failed"
-            );
-            let got = mr_bytes(&target)?;
-            for k in 0..REUSE_ANSWERS {
-                let page = got.get(k * PAGE_SIZE..(k + 1) * PAGE_SIZE).ok_or(EINVAL)?;
-                if !matches(page, seq(k)) {
-                    late += 1;
-                }
-            }
-        }
-        check!(
-            late == 0,
-            "{late} of {} pages reached the peer changed after their chain completed",
-            REUSE_ROUNDS as usize * REUSE_ANSWERS
-        );
-        drop((target, busy_mr));
-        drop((b, a, _child, _client));
         leak_check()
     })())
 }
