@@ -125,22 +125,27 @@ hst_ios() { awk '{ print $1 + $5 }' "/sys/block/${1#/dev/}/stat"; }
 hst_writing() { [ "$(hst_ios "$1")" -ge $(($2 + 8)) ]; }
 
 # --- recovery ------------------------------------------------------------------------
-# hst_bg_fio DEV SECS: a verifying 4 KiB random writer at depth 8 on DEV for
-# SECS seconds, in the background (its pid in /tmp/nvh-bg.pid, its report in
-# /tmp/nvh-bg).
-hst_bg_fio() {
-	local ios
-	ios=$(hst_ios "$1") || { echo "no disk $1"; return 1; }
-	$FIO --name=bg --filename="$1" --allow_file_create=0 --direct=1 --ioengine=libaio \
-		--rw=randwrite --bs=4k --iodepth=8 --size=8m --time_based --runtime="$2" \
-		--verify=crc32c --verify_backlog=16 --verify_fatal=1 --thread \
-		--output=/tmp/nvh-bg > /dev/null 2>&1 &
-	echo $! > /tmp/nvh-bg.pid
-	wait_for 30 hst_writing "$1" "$ios" || { echo "fio did no I/O on $1 within 30 s"; return 1; }
+# hst_bg_writer DEV DEPTH SECS OUT [FIO ARGS...]: a 4 KiB random writer at
+# depth DEPTH on DEV for SECS seconds, in the background (its pid in
+# /tmp/hst-bg.pid, its report in OUT), returning once it is at work on DEV
+# (hst_writing); a writer that did no I/O within 30 s is killed.
+hst_bg_writer() {
+	local dev=$1 depth=$2 secs=$3 out=$4 ios
+	shift 4
+	ios=$(hst_ios "$dev") || { echo "no disk $dev"; return 1; }
+	$FIO --name=bg --filename="$dev" --allow_file_create=0 --direct=1 --ioengine=libaio \
+		--rw=randwrite --bs=4k --iodepth="$depth" --size=8m --time_based --runtime="$secs" \
+		--thread --output="$out" "$@" > /dev/null 2>&1 &
+	echo $! > /tmp/hst-bg.pid
+	wait_for 30 hst_writing "$dev" "$ios" && return 0
+	kill "$(cat /tmp/hst-bg.pid)" 2> /dev/null
+	wait "$(cat /tmp/hst-bg.pid)"
+	echo "fio did no I/O on $dev within 30 s"
+	return 1
 }
 
-# hst_fault_under_fio N SECS LEAD BACK CMD...: controller N under hst_bg_fio
-# for SECS seconds; after LEAD seconds CMD (the fault, and its end, if it
+# hst_fault_under_fio N SECS LEAD BACK CMD...: controller N under a verifying
+# writer (hst_bg_writer, depth 8) for SECS seconds; after LEAD seconds CMD (the fault, and its end, if it
 # has one) runs: fio ends with no error and its data verified, and within
 # BACK seconds the controller is live again with more reconnects than before.
 hst_fault_under_fio() {
@@ -148,10 +153,11 @@ hst_fault_under_fio() {
 	shift 4
 	r0=$(hst_field "$n" reconnects)
 	[ -n "$r0" ] || { cat $HST_STATUS; echo "no controller $n"; return 1; }
-	hst_bg_fio "/dev/rnvme${n}n1" "$secs" || return 1
+	hst_bg_writer "/dev/rnvme${n}n1" 8 "$secs" /tmp/nvh-bg \
+		--verify=crc32c --verify_backlog=16 --verify_fatal=1 || return 1
 	sleep "$lead"
 	"$@" || { echo "the fault ($*) failed"; rc=1; }
-	wait "$(cat /tmp/nvh-bg.pid)"
+	wait "$(cat /tmp/hst-bg.pid)"
 	f=$?
 	[ $f = 0 ] && grep -q 'err= 0' /tmp/nvh-bg ||
 		{ cat /tmp/nvh-bg; echo "fio exited with $f: expected 0 and err= 0"; rc=1; }
@@ -298,26 +304,20 @@ hst_disk_is() {
 # within TMO + 10 s, the controller is dead and fails new I/O at once. The
 # port comes back after.
 hst_loss() {
-	local t0 t1 rc=0 ios
-	ios=$(hst_ios "/dev/rnvme${3}n1") || { echo "no disk /dev/rnvme${3}n1"; return 1; }
-	$FIO --name=loss --filename="/dev/rnvme${3}n1" --allow_file_create=0 --direct=1 \
-		--ioengine=libaio --rw=randwrite --bs=4k --iodepth=4 --size=8m --time_based \
-		--runtime=120 --thread --output=/tmp/nvh-loss > /dev/null 2>&1 &
-	echo $! > /tmp/nvh-bg.pid
-	wait_for 30 hst_writing "/dev/rnvme${3}n1" "$ios" ||
-		{ kill "$(cat /tmp/nvh-bg.pid)"; echo "fio did no I/O within 30 s"; return 1; }
+	local t0 t1 rc=0
+	hst_bg_writer "/dev/rnvme${3}n1" 4 120 /tmp/nvh-loss || return 1
 	tgt_unlink "$1" "$2" 1 || { echo "unlinking the port failed"; return 1; }
 	t0=$(date +%s)
-	wait_for $(($4 + 10)) sh -c "! kill -0 $(cat /tmp/nvh-bg.pid) 2> /dev/null"
+	wait_for $(($4 + 10)) sh -c "! kill -0 $(cat /tmp/hst-bg.pid) 2> /dev/null"
 	t1=$(date +%s)
-	if kill -0 "$(cat /tmp/nvh-bg.pid)" 2> /dev/null; then
-		kill "$(cat /tmp/nvh-bg.pid)"
-		wait "$(cat /tmp/nvh-bg.pid)"
+	if kill -0 "$(cat /tmp/hst-bg.pid)" 2> /dev/null; then
+		kill "$(cat /tmp/hst-bg.pid)"
+		wait "$(cat /tmp/hst-bg.pid)"
 		tgt_link "$1" "$2" 1
 		echo "the writer was still running $(($4 + 10)) s after the port went"
 		return 1
 	fi
-	wait "$(cat /tmp/nvh-bg.pid)" || rc=$?
+	wait "$(cat /tmp/hst-bg.pid)" || rc=$?
 	tgt_link "$1" "$2" 1 || { echo "linking the port again failed"; return 1; }
 	grep -q 'err= *[1-9]' /tmp/nvh-loss || [ $rc != 0 ] ||
 		{ cat /tmp/nvh-loss; echo "the writer ended without an error"; return 1; }
@@ -332,14 +332,8 @@ hst_loss() {
 # deletes the controller before rdma_cm tears its ids down, the writer fails
 # within 30 s, the disks and the status line go, nothing hangs.
 hst_link_delete() {
-	local t0 rc=0 ios
-	ios=$(hst_ios "/dev/rnvme${1}n1") || { echo "no disk /dev/rnvme${1}n1"; return 1; }
-	$FIO --name=linkdel --filename="/dev/rnvme${1}n1" --allow_file_create=0 --direct=1 \
-		--ioengine=libaio --rw=randwrite --bs=4k --iodepth=4 --size=8m --time_based \
-		--runtime=120 --thread --output=/tmp/hst-linkdel > /dev/null 2>&1 &
-	echo $! > /tmp/hst-bg.pid
-	wait_for 30 hst_writing "/dev/rnvme${1}n1" "$ios" ||
-		{ kill "$(cat /tmp/hst-bg.pid)"; echo "fio did no I/O within 30 s"; return 1; }
+	local t0 rc=0
+	hst_bg_writer "/dev/rnvme${1}n1" 4 120 /tmp/hst-linkdel || return 1
 	t0=$(uptime_ms)
 	timeout 60 rdma link delete rxe0 || { kill "$(cat /tmp/hst-bg.pid)"; echo "rdma link delete rxe0 failed or hung"; return 1; }
 	wait_for 30 sh -c "! kill -0 $(cat /tmp/hst-bg.pid) 2> /dev/null" ||
