@@ -82,6 +82,16 @@ impl Device {
         unsafe { &*ptr.cast::<Self>() }
     }
 
+    /// Whether the device's DMA addresses are CPU addresses (`ib_uses_virt_dma`: the software
+    /// providers, which have no DMA device): mapping them is arithmetic, syncing and checking
+    /// them nothing.
+    #[inline]
+    pub(crate) fn uses_virt_dma(&self) -> bool {
+        // SAFETY: `self.as_raw()` is valid (invariant); `dma_device` is set at registration
+        // and not changed while the device is registered.
+        cfg!(CONFIG_INFINIBAND_VIRT_DMA) && unsafe { (*self.as_raw()).dma_device.is_null() }
+    }
+
     /// Returns the raw `struct ib_device` pointer.
     #[inline]
     pub(crate) fn as_raw(&self) -> *mut bindings::ib_device {

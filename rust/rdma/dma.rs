@@ -97,6 +97,7 @@ pub const MAX_BUF: usize = 4 << 20;
 /// `offset .. offset + len` if it is not empty and lies inside `total` bytes; `EINVAL` otherwise.
 ///
 /// The one bounds check of every access to mapped memory.
+#[inline]
 pub(crate) fn span(offset: usize, len: usize, total: usize) -> Result<Range<usize>> {
     let end = offset.checked_add(len).ok_or(EINVAL)?;
     if len == 0 || end > total {
@@ -332,16 +333,15 @@ impl<D: Direction> DmaBuf<D> {
     }
 
     fn sync(&self, r: Range<usize>, for_device: bool) {
-        let dev = self.pd.device().as_raw();
-        let (addr, len) = (self.dma + r.start as u64, r.end - r.start);
         // SAFETY: `r` lies inside the mapping (callers pass checked ranges), which is live
         // (invariant).
         unsafe {
-            if for_device {
-                bindings::ib_dma_sync_single_for_device(dev, addr, len, D::RAW)
-            } else {
-                bindings::ib_dma_sync_single_for_cpu(dev, addr, len, D::RAW)
-            }
+            sync_single::<D>(
+                self.pd.device(),
+                self.dma + r.start as u64,
+                r.end - r.start,
+                for_device,
+            )
         }
     }
 
@@ -407,10 +407,45 @@ impl<D: Direction> Drop for DmaBuf<D> {
 }
 
 /// Turns a failed mapping of `dev` into `ENOMEM`; `dma` comes from a mapping call on `dev`.
+#[inline]
 pub(crate) fn check_mapping(dev: &Device, dma: u64) -> Result {
+    // A CPU address is never a failed mapping (as `ib_dma_mapping_error` says, without the call).
+    if dev.uses_virt_dma() {
+        return Ok(());
+    }
     // SAFETY: `dev` is a valid device; the call only inspects the address.
     if unsafe { bindings::ib_dma_mapping_error(dev.as_raw(), dma) } != 0 {
         return Err(ENOMEM);
     }
     Ok(())
+}
+
+/// Syncs `len` bytes mapped at `addr` for `dev` toward the device (`for_device`) or the CPU
+/// (`ib_dma_sync_single_for_device`, `ib_dma_sync_single_for_cpu`). On a device whose
+/// mappings are CPU addresses (`ib_uses_virt_dma`: the software providers) there is nothing to
+/// sync, and no call is made: the C inline says so too, but a helper would cost a call on every
+/// buffer access.
+///
+/// # Safety
+///
+/// `addr .. addr + len` must lie inside a live mapping for `dev` in direction `D`.
+#[inline]
+pub(crate) unsafe fn sync_single<D: Direction>(
+    dev: &Device,
+    addr: u64,
+    len: usize,
+    for_device: bool,
+) {
+    if dev.uses_virt_dma() {
+        return;
+    }
+    let dev = dev.as_raw();
+    // SAFETY: Per the safety requirements.
+    unsafe {
+        if for_device {
+            bindings::ib_dma_sync_single_for_device(dev, addr, len, D::RAW)
+        } else {
+            bindings::ib_dma_sync_single_for_cpu(dev, addr, len, D::RAW)
+        }
+    }
 }

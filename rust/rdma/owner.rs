@@ -290,6 +290,7 @@ impl OwnerCell {
     /// Records that callbacks of `owner` may be called for the object from now on: the first
     /// module to do so is held. `EINVAL` for callbacks of a second module: an object carries one
     /// module's requests (built-in code's are not recorded). Any context.
+    #[inline]
     pub(crate) fn claim(&self, owner: Option<Owner>) -> crate::error::Result {
         let Some(o) = owner else {
             return Ok(());

@@ -323,6 +323,7 @@ impl Shared {
 
     /// Records that something was posted (once: a store on every post would take the line
     /// from the CPU of the other queue's posts and completions each time). Any context.
+    #[inline]
     pub(crate) fn mark_posted(&self) {
         if !self.posted.load(Ordering::Relaxed) {
             self.posted.store(true, Ordering::Release);
@@ -331,6 +332,7 @@ impl Shared {
 
     /// Lets a post in: `ESHUTDOWN` once the QP is drained, `EIO` once a driver failure stopped
     /// it, `EINVAL` for a request of another module than the QP's earlier ones.
+    #[inline]
     pub(crate) fn admit(&self, owner: Option<Owner>) -> Result<PostTicket<'_>> {
         // Before the gate, which the drain of a broken QP closes.
         if self.broken.load(Ordering::Acquire) {
@@ -398,6 +400,7 @@ unsafe extern "C" fn give_back_orphans(work: *mut bindings::work_struct) {
 ///
 /// `qp` must be a QP created by this module (its `qp_context` is its `Shared`), not yet
 /// destroyed.
+#[inline]
 pub(crate) unsafe fn release_slots(qp: *mut bindings::ib_qp, send: bool, n: u32) {
     // SAFETY: Per the safety requirements, `qp_context` points at the live `Shared` of the QP.
     let shared = unsafe { &*(*qp).qp_context.cast::<Shared>() };
@@ -409,6 +412,7 @@ pub(crate) unsafe fn release_slots(qp: *mut bindings::ib_qp, send: bool, n: u32)
 }
 
 /// Claims `n` of `depth` slots in `used`; `ENOMEM` when they are not free.
+#[inline]
 pub(crate) fn reserve(used: &AtomicU32, n: u32, depth: u32) -> Result {
     if super::sync::claim(used, n, depth) {
         Ok(())
@@ -452,6 +456,8 @@ pub(crate) struct QpInner {
     pub(crate) qp_type: QpType,
     pub(crate) caps: QpCaps,
     pub(crate) port: u32,
+    /// Whether `port` speaks iWARP ([`QpInner::set_port`]): read on every post.
+    pub(crate) iwarp: bool,
     pub(crate) sq_psn: u32,
     /// Send queue entries that may be outstanding: `send_depth`, and the entries the core
     /// added for `rdma_ctxs`.
@@ -485,6 +491,12 @@ impl Teardown for QpInner {
 }
 
 impl QpInner {
+    /// Records the port the QP is on, and whether it speaks iWARP.
+    pub(crate) fn set_port(&mut self, port: u32) {
+        self.iwarp = self.keep.pd.device().is_iwarp(port);
+        self.port = port;
+    }
+
     pub(crate) fn shared(&self) -> &Shared {
         &self.keep.shared
     }

@@ -77,11 +77,13 @@ unsafe impl Backend for SpinLockBhBackend {
         unsafe { bindings::__spin_lock_init(ptr, name, key) }
     }
 
+    #[inline]
     unsafe fn lock(ptr: *mut Self::State) -> Self::GuardState {
         // SAFETY: The caller guarantees that `ptr` points to an initialised spinlock.
         unsafe { bindings::spin_lock_bh(ptr) }
     }
 
+    #[inline]
     unsafe fn unlock(ptr: *mut Self::State, _guard_state: &Self::GuardState) {
         // SAFETY: The caller guarantees that `ptr` is initialised and held by this context.
         unsafe { bindings::spin_unlock_bh(ptr) }
@@ -177,6 +179,7 @@ impl Completion {
 ///
 /// The accounting behind queue depths and CQ entries: lock-free, so usable from completion
 /// handlers.
+#[inline]
 pub(crate) fn claim(counter: &AtomicU32, n: u32, limit: u32) -> bool {
     let mut cur = counter.load(Ordering::Relaxed);
     loop {
@@ -203,6 +206,7 @@ pub(crate) struct PostGate {
 pub(crate) struct PostTicket<'a>(&'a PostGate);
 
 impl Drop for PostTicket<'_> {
+    #[inline]
     fn drop(&mut self) {
         self.0.posters.fetch_sub(1, Ordering::AcqRel);
     }
@@ -217,6 +221,7 @@ impl PostGate {
     }
 
     /// Starts a post; `ESHUTDOWN` once the gate is closed. Any context.
+    #[inline]
     pub(crate) fn enter(&self) -> Result<PostTicket<'_>> {
         self.posters.fetch_add(1, Ordering::SeqCst);
         let ticket = PostTicket(self);
@@ -255,6 +260,7 @@ compile_error!(
 /// test `might_sleep` makes. Exact because the kernel counts preemption
 /// (`CONFIG_PREEMPT_COUNT`, required above); a `raw` lock taken without touching the count
 /// (`arch_spin_lock`) is not seen, as `might_sleep` does not see it.
+#[inline]
 pub(crate) fn atomic() -> bool {
     // SAFETY: `rdma_in_atomic` only reads the calling context.
     unsafe { bindings::rdma_in_atomic() }
@@ -406,6 +412,7 @@ pub(crate) fn in_cm_handler() -> bool {
 }
 
 /// Whether the running task is a workqueue worker (`PF_WQ_WORKER`).
+#[inline]
 pub(crate) fn in_worker() -> bool {
     // SAFETY: `rdma_in_worker` only reads the current task's flags.
     unsafe { bindings::rdma_in_worker() }
@@ -423,6 +430,7 @@ pub(crate) fn sleepable() -> Result {
 }
 
 /// The running task.
+#[inline]
 pub(crate) fn current() -> *mut bindings::task_struct {
     // SAFETY: `get_current` has no preconditions.
     unsafe { bindings::get_current() }

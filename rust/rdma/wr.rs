@@ -375,6 +375,7 @@ pub(crate) struct Settle {
 }
 
 impl Settle {
+    #[inline]
     fn new() -> Self {
         // INVARIANT: No entry.
         Self {
@@ -398,7 +399,12 @@ impl Settle {
     /// # Safety
     ///
     /// The request's data must not have been given back to its owner yet.
+    #[inline]
     unsafe fn finish(&mut self, ran: bool) {
+        // Most requests invalidate nothing: no loop to enter then.
+        if self.n == 0 {
+            return;
+        }
         for k in self.keys.iter().take(self.n) {
             // SAFETY: Per the invariant and the caller, the MR is alive.
             unsafe { (**k).end_invalidation(ran) };

@@ -173,6 +173,7 @@ impl Wc {
     /// (an `ib_wc_status` and vendor error, as [`Wr`](crate::rdma::wr::Wr) records them; 0:
     /// none failed): it reports that failure, the cause, rather than its own status (most
     /// often the flush the failure led to).
+    #[inline]
     pub(crate) fn failed_before(mut self, first: u64) -> Self {
         if first != 0 {
             self.raw.status = first as u32;
@@ -185,21 +186,25 @@ impl Wc {
     /// first that failed: an unsignaled operation's error, which moves a connected QP to the
     /// error state, is reported by the request's completion instead of the flush (or error)
     /// of its last operation that follows.
+    #[inline]
     pub fn status(&self) -> WcStatus {
         WcStatus::from_raw(self.raw.status)
     }
 
     /// Whether the work request succeeded.
+    #[inline]
     pub fn is_ok(&self) -> bool {
         self.raw.status == bindings::ib_wc_status_IB_WC_SUCCESS
     }
 
     /// What completed; `None` for an error completion, where the opcode is undefined.
+    #[inline]
     pub fn opcode(&self) -> Option<WcOpcode> {
         self.is_ok().then(|| WcOpcode::from_raw(self.raw.opcode))
     }
 
     /// Bytes received (receive completions) or transferred (RDMA READ); 0 on error.
+    #[inline]
     pub fn byte_len(&self) -> u32 {
         if self.is_ok() {
             self.raw.byte_len
@@ -209,6 +214,7 @@ impl Wc {
     }
 
     /// The immediate data of a SEND or RDMA WRITE with immediate, in host byte order.
+    #[inline]
     pub fn imm_data(&self) -> Option<u32> {
         let with_imm = self.raw.wc_flags & bindings::ib_wc_flags_IB_WC_WITH_IMM as i32 != 0;
         // SAFETY: With `IB_WC_WITH_IMM` set, the `ex` union holds `imm_data`.
@@ -218,6 +224,7 @@ impl Wc {
     /// The rkey that the sender of a SEND with invalidate revoked, on a receive completion: the
     /// local MR with that rkey no longer grants access (see
     /// [`Region::invalidated_by`](crate::rdma::mr::Region::invalidated_by)).
+    #[inline]
     pub fn invalidated_rkey(&self) -> Option<u32> {
         let inv = self.raw.wc_flags & bindings::ib_wc_flags_IB_WC_WITH_INVALIDATE as i32 != 0;
         if !(self.is_ok() && inv) {
@@ -232,6 +239,7 @@ impl Wc {
     /// ([`Region::apply_invalidation`](crate::rdma::mr::Region::apply_invalidation)). It
     /// carries the moment the completion was dispatched, not the moment of this call: a `Wc`
     /// kept across later registrations revokes none of them.
+    #[inline]
     pub fn invalidation(&self) -> Option<Invalidation> {
         self.invalidated_rkey().map(|rkey| Invalidation {
             rkey,
@@ -259,6 +267,7 @@ impl Wc {
     /// [`Srq`](crate::rdma::srq::Srq)) that consumed it; 0 when that QP was already destroyed, or for
     /// a request that kernel::rdma flushed itself (a receive left on a destroyed SRQ, a request
     /// the driver took only part of).
+    #[inline]
     pub fn qp_num(&self) -> u32 {
         self.qp_num
     }

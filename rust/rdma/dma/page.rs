@@ -4,7 +4,9 @@
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 
-use super::{check_mapping, copy_volatile, private, span, Bidirectional, Direction, Mapped};
+use super::{
+    check_mapping, copy_volatile, private, span, sync_single, Bidirectional, Direction, Mapped,
+};
 use crate::{
     alloc::flags::*,
     bindings,
@@ -197,16 +199,9 @@ impl<D: Direction> DmaPage<D> {
     }
 
     fn sync(&self, for_device: bool) {
-        let dev = self.pd.device().as_raw();
         // SAFETY: The page is mapped at `dma` (invariant); a page mapping may be synced as a
         // single one.
-        unsafe {
-            if for_device {
-                bindings::ib_dma_sync_single_for_device(dev, self.dma, PAGE_SIZE, D::RAW)
-            } else {
-                bindings::ib_dma_sync_single_for_cpu(dev, self.dma, PAGE_SIZE, D::RAW)
-            }
-        }
+        unsafe { sync_single::<D>(self.pd.device(), self.dma, PAGE_SIZE, for_device) }
     }
 
     /// The DMA address of the page.

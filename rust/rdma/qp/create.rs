@@ -131,7 +131,7 @@ impl Qp<Init> {
         };
         let caps = QpCaps { port, ..caps };
         let mut inner = create(pd, qp_type, send_cq, recv_cq, srq, &caps, Some(on), make)?;
-        inner.get_mut().port = port;
+        inner.get_mut().set_port(port);
         Ok(Qp::wrap(inner))
     }
 }
@@ -282,6 +282,7 @@ fn create(
         qp_type,
         caps,
         port: 0,
+        iwarp: false,
         sq_psn,
         sq_slots,
         recv_reserved,

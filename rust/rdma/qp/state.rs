@@ -184,7 +184,7 @@ impl Qp<Reset> {
             | bindings::ib_qp_attr_mask_IB_QP_PORT;
         f(&mut attr, &mut mask);
         self.inner.modify(&mut attr, mask)?;
-        self.inner.get_mut().port = port;
+        self.inner.get_mut().set_port(port);
         Ok(self.into_state())
     }
 }

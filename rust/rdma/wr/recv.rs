@@ -26,6 +26,7 @@ pub struct RecvOps<'a> {
 }
 
 impl<'a> RecvOps<'a> {
+    #[inline]
     pub(crate) fn new(pd: &Pd) -> Self {
         Self {
             pd: PdKey::of(pd),
@@ -66,6 +67,7 @@ impl<'a> RecvOps<'a> {
     }
 
     /// `EINVAL` unless the list has between one and `max_sge` entries (the queue's limit).
+    #[inline]
     pub(crate) fn check(&self, max_sge: u32) -> Result {
         let n = self.sges.len();
         if n == 0 || n > max_sge as usize {
@@ -75,6 +77,7 @@ impl<'a> RecvOps<'a> {
     }
 
     /// The `ib_recv_wr` of the list, carrying `cqe`; valid while `self` does not move.
+    #[inline]
     pub(crate) fn raw(&mut self, cqe: *mut bindings::ib_cqe) -> bindings::ib_recv_wr {
         bindings::ib_recv_wr {
             next: core::ptr::null_mut(),

@@ -164,6 +164,7 @@ struct Mark<'a> {
 }
 
 impl<'a> SendOps<'a> {
+    #[inline]
     pub(crate) fn new(pd: &Pd) -> Self {
         Self {
             pd: PdKey::of(pd),
@@ -177,6 +178,7 @@ impl<'a> SendOps<'a> {
     }
 
     /// Starts operation `opcode`, whose list is of kind `list` and empty.
+    #[inline]
     fn push(&mut self, opcode: bindings::ib_wr_opcode, list: List) -> Result<&mut Op<'a>> {
         // SAFETY: All-zeroes is a valid value of these plain C structs (null pointers, zero
         // counts, flags and opcodes); every field the operation uses is set before posting.
@@ -195,6 +197,7 @@ impl<'a> SendOps<'a> {
     }
 
     /// The operation added last.
+    #[inline]
     fn last(&mut self) -> Result<&mut Op<'a>> {
         self.ops.last_mut().ok_or(EINVAL)
     }
@@ -300,6 +303,7 @@ impl<'a> SendOps<'a> {
     }
 
     /// The send queue entries the operations take: one each, and what each chain needs.
+    #[inline]
     pub(crate) fn wqes(&self) -> u32 {
         self.ops
             .as_slice()
@@ -313,12 +317,12 @@ impl<'a> SendOps<'a> {
     /// chains prepared for this very QP; `EOPNOTSUPP` for an iWARP operation on another port,
     /// immediate data on an iWARP port, or an atomic operation on a device without atomics
     /// (iWARP's).
+    #[inline]
     pub(crate) fn check(&self, qp: &QpInner) -> Result {
-        let dev = qp.pd().device();
-        let iwarp = dev.is_iwarp(qp.port);
+        let iwarp = qp.iwarp;
         if (self.iwarp_only && !iwarp)
             || (self.imm && iwarp)
-            || (self.atomics && !dev.attrs().has_atomics())
+            || (self.atomics && !qp.pd().device().attrs().has_atomics())
         {
             return Err(EOPNOTSUPP);
         }
