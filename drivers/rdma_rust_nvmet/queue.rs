@@ -184,6 +184,9 @@ struct Answer {
     /// The data's length and where it goes, once planned.
     data: Data,
     volume: Option<Arc<Volume>>,
+    /// The controller the command was planned against, from [`Queue::carry_out`] to
+    /// [`Queue::execute`].
+    ctrl: Option<Arc<Ctrl>>,
     /// Whether the command ID is ours to release (it was not in flight already).
     claimed: bool,
     cqe: DmaBuf<ToDevice>,
@@ -310,6 +313,7 @@ impl Queue {
                 from_host: None,
                 data: Data::None,
                 volume: None,
+                ctrl: None,
                 claimed: false,
                 cqe: DmaBuf::<ToDevice>::alloc(&self.pd, CQE_LEN, GFP_KERNEL)?,
             };
@@ -459,8 +463,7 @@ impl Queue {
             }
         }
         // The buffer is free again: the next capsule can land in it.
-        let qp = wr.data().qp.clone();
-        if post_recv(&qp, cb).is_err() {
+        if post_recv(&wr.data().qp, cb).is_err() {
             finish(&mut wr);
             return Some(wr);
         }
@@ -525,6 +528,7 @@ fn finish(wr: &mut Wr<Answer>) {
     a.stage = Stage::Idle;
     a.sqe = None;
     a.volume = None;
+    a.ctrl = None;
     a.data = Data::None;
 }
 

@@ -68,9 +68,8 @@ impl Queue {
     }
 
     /// Posts a completion's receive again; dropped if the QP is being drained.
-    fn post_answer(wr: Wr<Answer>) {
-        let qp = wr.data().q.qp.clone();
-        let _ = qp.post_recv(wr, |a, ops| {
+    fn post_answer(&self, wr: Wr<Answer>) {
+        let _ = self.qp.post_recv(wr, |a, ops| {
             ops.buf(&mut a.buf, 0..CQE_LEN)?;
             Ok(())
         });
@@ -117,7 +116,7 @@ impl Completion for Answer {
         let n = wc.byte_len() as usize;
         let (opcode, imm) = (wc.opcode(), wc.imm_data());
         if opcode != Some(WcOpcode::Recv) || imm.is_some() {
-            Queue::post_answer(wr);
+            q.post_answer(wr);
             q.fail(
                 format_args!("the target sent {opcode:?} of {n} bytes where a completion goes"),
                 false,
@@ -126,7 +125,7 @@ impl Completion for Answer {
         }
         let inv = wc.invalidation();
         let cqe = wr.data_mut().buf.as_slice().get(..n).and_then(Cqe::decode);
-        Queue::post_answer(wr);
+        q.post_answer(wr);
         let Some(cqe) = cqe else {
             q.fail(
                 format_args!("the target sent {n} bytes where a 16-byte completion goes"),

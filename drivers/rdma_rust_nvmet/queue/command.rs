@@ -6,7 +6,7 @@
 
 use super::{finish, post_recv, Answer, Queue, Stage};
 use crate::config::Volume;
-use crate::ctrl::{Data, QueueLink, Reply};
+use crate::ctrl::{Ctrl, Data, QueueLink, Reply};
 use crate::io;
 use crate::misbehave::{self, Fault};
 use crate::proto::{
@@ -26,9 +26,12 @@ use kernel::sync::Arc;
 impl Queue {
     /// How `sqe`'s data moves, and the volume an I/O command acts on; `Err` with the status
     /// the command gets instead.
-    fn plan(&self, sqe: &Sqe) -> Result<(Data, Option<Arc<Volume>>), Status> {
-        let ctrl = self.ctrl();
-        match (&ctrl, sqe.opcode) {
+    fn plan(
+        &self,
+        ctrl: Option<&Arc<Ctrl>>,
+        sqe: &Sqe,
+    ) -> Result<(Data, Option<Arc<Volume>>), Status> {
+        match (ctrl, sqe.opcode) {
             (None, FABRICS) if sqe.fctype() == FCTYPE_CONNECT => {
                 Ok((Data::FromHost(CONNECT_DATA_LEN), None))
             }
@@ -59,7 +62,9 @@ impl Queue {
         // error state) gets no answer: any status now would be a final one (CMD_SEQ_ERROR
         // carries DNR) for a command the host must retry on its next association. The
         // connection is going; nvmet-rdma drops such commands too.
-        if self.ctrl().is_some_and(|c| c.ended()) {
+        // The controller is looked up once per command: `execute` takes it from the answer.
+        let ctrl = self.ctrl();
+        if ctrl.as_ref().is_some_and(|c| c.ended()) {
             self.end("its controller ended");
             finish(&mut wr);
             return Some(wr);
@@ -69,10 +74,11 @@ impl Queue {
         if !claimed {
             return self.reply(wr, Status::CMDID_CONFLICT.into());
         }
-        let (data, volume) = match self.plan(&sqe) {
+        let (data, volume) = match self.plan(ctrl.as_ref(), &sqe) {
             Ok(p) => p,
             Err(s) => return self.reply(wr, s.into()),
         };
+        wr.data_mut().ctrl = ctrl;
         let sgl = match sqe.sgl {
             Ok(s) => s,
             Err(s) => return self.reply(wr, s.into()),
@@ -175,7 +181,8 @@ impl Queue {
         let Some(pages) = a.pages.as_mut() else {
             return self.reply(wr, Status::INTERNAL.into());
         };
-        let reply = match self.ctrl() {
+        let ctrl = a.ctrl.take();
+        let reply = match ctrl {
             None => self.connect(&sqe, pages),
             Some(c) if sqe.opcode == FABRICS => self.target.fabrics(&c, self.qid, &sqe),
             Some(c) if self.qid == 0 => {
