@@ -352,10 +352,43 @@ ulp_traffic() {
 # --- rdma_rust_ulp over rdma_cm -----------------------------------------------
 # listening ADDR PORT: some rdma_cm id listens on ADDR:PORT
 listening() { rdma resource show cm_id | grep LISTEN | grep -q "src-addr $1:$2 "; }
-# rping_log FILE WHAT: rping's output for the log (first and last lines)
+# rping_log FILE WHAT: rping's output for the log: its first and last lines,
+# each cut to 200 characters (/dev/kmsg refuses a record over 1 KiB, and -v
+# prints a ping's whole payload: the 4 KiB ones were lost with a write error)
 rping_log() {
-	head -n 2 "$1" | while IFS= read -r l; do kmsg "rdmatest: $2: $l"; done
-	tail -n 2 "$1" | while IFS= read -r l; do kmsg "rdmatest: $2: $l"; done
+	{ head -n 2 "$1"; tail -n 2 "$1"; } | cut -c 1-200 |
+		while IFS= read -r l; do kmsg "rdmatest: $2: $l"; done
+}
+# stuck_report PID: what a process that hangs and its threads wait for (state,
+# wait channel, kernel stack), beside the guest's TCP sockets (their queues
+# tell data nobody reads from data never sent) and RDMA QPs, into the log
+stuck_report() {
+	local t l
+	for t in /proc/$1/task/*; do
+		kmsg "rdmatest: stuck $1 thread ${t##*/}: state $(cut -d ' ' -f 3 "$t/stat" 2> /dev/null) wchan $(cat "$t/wchan" 2> /dev/null)"
+		cut -c 1-200 "$t/stack" 2> /dev/null | while IFS= read -r l; do kmsg "rdmatest: stuck $1 thread ${t##*/}:   $l"; done
+	done
+	cat /proc/net/tcp /proc/net/tcp6 2> /dev/null | cut -c 1-160 |
+		while IFS= read -r l; do kmsg "rdmatest: stuck $1 tcp: $l"; done
+	rdma resource show qp 2>&1 | cut -c 1-200 | while IFS= read -r l; do kmsg "rdmatest: stuck $1 qp: $l"; done
+}
+# rping_within SECONDS OUT ERR ARGS...: rping ARGS, stdout to OUT, stderr to
+# ERR; not ended within SECONDS, it is reported (stuck_report) and killed,
+# with 143 (SIGTERM's status, as busybox's timeout gives)
+rping_within() {
+	local secs=$1 n=$(($1 * 5)) out=$2 err=$3 pid
+	shift 3
+	rping "$@" > "$out" 2> "$err" &
+	pid=$!
+	while [ $n -gt 0 ] && kill -0 $pid 2> /dev/null; do sleep 0.2; n=$((n - 1)); done
+	if kill -0 $pid 2> /dev/null; then
+		echo "rping $* had not ended after $secs s" >> "$err"
+		stuck_report $pid
+		kill $pid
+		wait $pid
+		return 143
+	fi
+	wait $pid
 }
 # ulp_cm_start KEY=VALUE...: start a CM client, retrying while the server is not
 # listening yet (refused) for up to 120 s
@@ -384,7 +417,7 @@ ulp_cm_serve_rping() {
 		rc=$?
 		cat /tmp/rping-ulp.err >> /tmp/rping-ulp
 		rping_log /tmp/rping-ulp "rping -c -a $a -p $port -C $n -S $size -v -V (exit $rc)"
-		[ $rc = 0 ] || { tail -n 5 /tmp/rping-ulp; ulp_ctl stop id="$id"; return 1; }
+		[ $rc = 0 ] || { tail -n 5 /tmp/rping-ulp | cut -c 1-200; ulp_ctl stop id="$id"; return 1; }
 		# -v prints each ping's data as it came back.
 		[ "$(grep -c 'ping data: rdma-ping-' /tmp/rping-ulp)" = "$n" ] &&
 			grep -q "ping data: rdma-ping-$((n - 1)): " /tmp/rping-ulp ||
@@ -406,7 +439,10 @@ ulp_cm_link_local() {
 rping_to() {
 	local i rc
 	for i in $(seq 1 60); do
-		timeout 300 rping -c -a "$1" -p "$2" -C "$3" -S "$4" -v -V > /tmp/rping-to 2> /tmp/rping-to.err
+		# 20 pings take 2 s; the bound is short of what the peer waits
+		# for our next word (nc_recv's 180 s), so that a hang here fails
+		# this row, not every row after it on both guests.
+		rping_within 90 /tmp/rping-to /tmp/rping-to.err -c -a "$1" -p "$2" -C "$3" -S "$4" -v -V
 		rc=$?
 		[ $rc = 0 ] && break
 		grep -q -i 'reject\|refused\|unreachable\|connect error' /tmp/rping-to.err || break
@@ -414,7 +450,7 @@ rping_to() {
 	done
 	cat /tmp/rping-to.err >> /tmp/rping-to
 	rping_log /tmp/rping-to "rping -c -a $1 -p $2 -C $3 -S $4 -v -V (exit $rc)"
-	[ $rc = 0 ] || { tail -n 5 /tmp/rping-to; return 1; }
+	[ $rc = 0 ] || { tail -n 5 /tmp/rping-to | cut -c 1-200; echo "rping printed $(grep -c 'ping data: rdma-ping-' /tmp/rping-to) of $3 pings"; return 1; }
 	[ "$(grep -c 'ping data: rdma-ping-' /tmp/rping-to)" = "$3" ] &&
 		grep -q "ping data: rdma-ping-$(($3 - 1)): " /tmp/rping-to
 }
