@@ -5,7 +5,7 @@
 
 use crate::counters::Counters;
 use crate::run::{now_ns, register, Run};
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use kernel::new_spinlock_bh;
 use kernel::prelude::*;
 use kernel::rdma::{
@@ -148,13 +148,30 @@ struct Ping {
     len: u32,
     started_ns: i64,
     /// Server: the go ahead in flight (SEND slot 1) ends the run's last round trip; the run
-    /// ends when it has been delivered (or has failed), not before: ending it tears the
-    /// connection down, which would flush a go ahead still on its way.
+    /// ends once it has been delivered and the client has disconnected (or it has failed),
+    /// not before: ending it tears the connection down, which would flush a go ahead still
+    /// on its way.
     last_round: bool,
 }
 
-/// Keep-alive ticks without a round trip after which a connection probes its peer.
+/// Keep-alive ticks without a round trip after which a connection probes its peer (or, a
+/// server whose client has not disconnected after the last round trip, stops waiting).
 const QUIET_TICKS: u32 = 2000 / crate::keepalive::TICK_MS;
+
+// States of a server's `Conn::bye`. After the run's last round trip the client ends the
+// connection, as it does with rping's own server, which waits for the client's disconnect:
+// a server that tore down at once closed while the client closed too, and a stock rping
+// client on soft-iWARP once saw neither its disconnect event nor its flushes then (it hung
+// in `pthread_join` of its CQ thread).
+
+/// Nothing owed yet.
+const BYE_NONE: u8 = 0;
+/// The last go ahead was delivered: the run ends when the client disconnects.
+const BYE_WAITING: u8 = 1;
+/// The client disconnected (or the connection ended) first.
+const BYE_GONE: u8 = 2;
+/// The run was ended from here.
+const BYE_DONE: u8 = 3;
 
 /// One RC connection of a ping run.
 #[pin_data]
@@ -174,6 +191,8 @@ pub(super) struct Conn {
     /// Round trips at the last keep-alive tick, and ticks since one was made.
     seen: AtomicU64,
     quiet: AtomicU32,
+    /// Server: whether the run's end waits for the client's disconnect (`BYE_*`).
+    bye: AtomicU8,
 }
 
 /// A keep-alive of a quiet connection: a zero-length RDMA WRITE, which fails once the peer is
@@ -211,6 +230,7 @@ impl Conn {
                 probe <- new_spinlock_bh!(None, "rdma_rust_ulp_cm_probe"),
                 seen: AtomicU64::new(0),
                 quiet: AtomicU32::new(0),
+                bye: AtomicU8::new(BYE_NONE),
                 st <- new_spinlock_bh!(Ping {
                     phase: Phase::Idle,
                     sends: [None, None],
@@ -401,6 +421,29 @@ impl Conn {
         self.ended.store(true, Ordering::Release);
     }
 
+    /// Server: the run's last go ahead was delivered. The run ends when the client
+    /// disconnects, at once if it has already, or after [`QUIET_TICKS`] ticks without
+    /// (any context).
+    fn last_delivered(&self) {
+        if self
+            .bye
+            .compare_exchange(BYE_NONE, BYE_WAITING, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            self.bye.store(BYE_DONE, Ordering::Release);
+            self.run.retire();
+        }
+    }
+
+    /// The peer disconnected, or the connection is being freed (any context): a run that
+    /// waited for that ends.
+    pub(super) fn peer_gone(&self) {
+        if self.bye.swap(BYE_GONE, Ordering::AcqRel) == BYE_WAITING {
+            self.bye.store(BYE_DONE, Ordering::Release);
+            self.run.retire();
+        }
+    }
+
     /// Stops the connection; a client's run ends with it.
     pub(super) fn end(&self) {
         if !self.ended.swap(true, Ordering::AcqRel) && !self.server {
@@ -578,6 +621,18 @@ impl Conn {
             return;
         }
         self.quiet.store(0, Ordering::Relaxed);
+        if self
+            .bye
+            .compare_exchange(BYE_WAITING, BYE_DONE, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            pr_info!(
+                "run {}: the client did not disconnect after the last round trip; ending\n",
+                self.run.id
+            );
+            self.run.retire();
+            return;
+        }
         let qp = self.qp.lock().clone();
         // None: a probe is still out.
         let (Some(qp), Some(wr)) = (qp, self.probe.lock().take()) else {
@@ -595,6 +650,7 @@ impl Conn {
     /// every request has come back.
     pub(super) fn teardown(&self) {
         self.closing();
+        self.peer_gone();
         let qp = self.qp.lock().take();
         if let Some(qp) = &qp {
             // Process context; if the drain is refused, dropping the QP drains it.
@@ -697,7 +753,12 @@ impl Completion for Msg {
         }
         drop(st);
         if last {
-            conn.run.retire();
+            if wc.is_ok() {
+                conn.last_delivered();
+            } else {
+                conn.bye.store(BYE_DONE, Ordering::Release);
+                conn.run.retire();
+            }
         }
     }
 }
