@@ -18,97 +18,9 @@ use kernel::rdma::{
     wr::{Completion, Wr},
 };
 use kernel::sync::Arc;
+use wire::{check_ping, fill_ping, same, Info, INFO_LEN, PAGE};
 
-/// Bytes of rping's buffer advertisement (`struct rping_rdma_info`).
-const INFO_LEN: usize = 16;
-const PAGE: usize = 4096;
-
-/// A buffer advertisement.
-#[derive(Clone, Copy)]
-struct Info {
-    addr: u64,
-    rkey: u32,
-    len: u32,
-}
-
-impl Info {
-    fn encode(self, b: &mut [u8]) {
-        if b.len() >= INFO_LEN {
-            b[..8].copy_from_slice(&self.addr.to_be_bytes());
-            b[8..12].copy_from_slice(&self.rkey.to_be_bytes());
-            b[12..16].copy_from_slice(&self.len.to_be_bytes());
-        }
-    }
-
-    fn decode(b: &[u8]) -> Option<Self> {
-        Some(Info {
-            addr: u64::from_be_bytes(b.get(..8)?.try_into().ok()?),
-            rkey: u32::from_be_bytes(b.get(8..12)?.try_into().ok()?),
-            len: u32::from_be_bytes(b.get(12..16)?.try_into().ok()?),
-        })
-    }
-}
-
-/// rping's message header for ping `n`: `rdma-ping-N: `.
-struct Header {
-    buf: [u8; 32],
-    len: usize,
-}
-
-impl Header {
-    fn new(n: u64) -> Self {
-        let mut h = Header {
-            buf: [0; 32],
-            len: 0,
-        };
-        let _ = core::fmt::Write::write_fmt(&mut h, format_args!("rdma-ping-{n}: "));
-        h
-    }
-}
-
-impl core::fmt::Write for Header {
-    fn write_str(&mut self, s: &str) -> core::fmt::Result {
-        let end = self.len + s.len();
-        self.buf
-            .get_mut(self.len..end)
-            .ok_or(core::fmt::Error)?
-            .copy_from_slice(s.as_bytes());
-        self.len = end;
-        Ok(())
-    }
-}
-
-/// Byte `i` of rping's `size`-byte message `n` with header `h`: the header, then letters
-/// 'A'..='z' in turn from the n-th one, then a NUL.
-fn ping_byte(h: &Header, n: u64, size: usize, i: usize) -> u8 {
-    let hl = h.len;
-    if i + 1 == size {
-        0
-    } else if i < hl {
-        h.buf[i]
-    } else {
-        65 + ((n % 58) as usize + (i - hl)).rem_euclid(58) as u8
-    }
-}
-
-/// The ping number of `data` if it is a well-formed rping message.
-fn check_ping(data: &[u8]) -> Option<u64> {
-    let rest = data.strip_prefix(b"rdma-ping-")?;
-    let digits = rest.iter().take_while(|c| c.is_ascii_digit()).count();
-    if digits == 0 || digits > 19 {
-        return None;
-    }
-    let mut n: u64 = 0;
-    for &d in &rest[..digits] {
-        n = n.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
-    }
-    let h = Header::new(n);
-    let ok = data
-        .iter()
-        .enumerate()
-        .all(|(i, &b)| b == ping_byte(&h, n, data.len(), i));
-    ok.then_some(n)
-}
+mod wire;
 
 /// Where a connection is in the round trip.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -168,10 +80,8 @@ const QUIET_TICKS: u32 = 2000 / crate::keepalive::TICK_MS;
 const BYE_NONE: u8 = 0;
 /// The last go ahead was delivered: the run ends when the client disconnects.
 const BYE_WAITING: u8 = 1;
-/// The client disconnected (or the connection ended) first.
-const BYE_GONE: u8 = 2;
-/// The run was ended from here.
-const BYE_DONE: u8 = 3;
+/// Nothing more to wait for: the client went first, or the run has ended.
+const BYE_ENDED: u8 = 2;
 
 /// One RC connection of a ping run.
 #[pin_data]
@@ -421,25 +331,28 @@ impl Conn {
         self.ended.store(true, Ordering::Release);
     }
 
-    /// Server: the run's last go ahead was delivered. The run ends when the client
-    /// disconnects, at once if it has already, or after [`QUIET_TICKS`] ticks without
-    /// (any context).
-    fn last_delivered(&self) {
-        if self
-            .bye
-            .compare_exchange(BYE_NONE, BYE_WAITING, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
+    /// Server: the run's last go ahead completed (`ok`: it was delivered). A delivered one
+    /// ends the run when the client disconnects, or after [`QUIET_TICKS`] ticks without; a
+    /// failed one, or one the client's disconnect came before, ends it now (any context).
+    /// Called once per connection.
+    fn last_delivered(&self, ok: bool) {
+        if ok
+            && self
+                .bye
+                .compare_exchange(BYE_NONE, BYE_WAITING, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
         {
-            self.bye.store(BYE_DONE, Ordering::Release);
-            self.run.retire();
+            return;
         }
+        self.bye.store(BYE_ENDED, Ordering::Release);
+        self.run.retire();
     }
 
     /// The peer disconnected, or the connection is being freed (any context): a run that
-    /// waited for that ends.
+    /// waited for that ends. Idempotent: it runs on the disconnect and again on teardown,
+    /// which is the only call on stop and device removal.
     pub(super) fn peer_gone(&self) {
-        if self.bye.swap(BYE_GONE, Ordering::AcqRel) == BYE_WAITING {
-            self.bye.store(BYE_DONE, Ordering::Release);
+        if self.bye.swap(BYE_ENDED, Ordering::AcqRel) == BYE_WAITING {
             self.run.retire();
         }
     }
@@ -623,7 +536,7 @@ impl Conn {
         self.quiet.store(0, Ordering::Relaxed);
         if self
             .bye
-            .compare_exchange(BYE_WAITING, BYE_DONE, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(BYE_WAITING, BYE_ENDED, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
         {
             pr_info!(
@@ -669,39 +582,6 @@ impl Conn {
         let probe = self.probe.lock().take();
         drop((sends, xfer, source, sink, probe, qp));
     }
-}
-
-/// Whether the first `size` bytes of `a` and `b` are the same.
-fn same(a: &Mr, b: &Mr, size: usize) -> bool {
-    let (mut x, mut y) = ([0u8; 128], [0u8; 128]);
-    let mut off = 0;
-    while off < size {
-        let n = (size - off).min(128);
-        if a.read(off, &mut x[..n]).is_err() || b.read(off, &mut y[..n]).is_err() {
-            return false;
-        }
-        if x[..n] != y[..n] {
-            return false;
-        }
-        off += n;
-    }
-    true
-}
-
-/// Writes rping's message `n` into the first `size` bytes of `mr`.
-fn fill_ping(mr: &mut Mr, n: u64, size: usize) -> Result {
-    let h = Header::new(n);
-    let mut chunk = [0u8; 128];
-    let mut off = 0;
-    while off < size {
-        let len = (size - off).min(128);
-        for (i, b) in chunk[..len].iter_mut().enumerate() {
-            *b = ping_byte(&h, n, size, off + i);
-        }
-        mr.write(off, &chunk[..len])?;
-        off += len;
-    }
-    Ok(())
 }
 
 impl Completion for Msg {
@@ -753,12 +633,7 @@ impl Completion for Msg {
         }
         drop(st);
         if last {
-            if wc.is_ok() {
-                conn.last_delivered();
-            } else {
-                conn.bye.store(BYE_DONE, Ordering::Release);
-                conn.run.retire();
-            }
+            conn.last_delivered(wc.is_ok());
         }
     }
 }
