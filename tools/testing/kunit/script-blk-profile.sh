@@ -15,8 +15,9 @@
 # /proc/kallsyms); the console gets each run's IOPS, what rxe0's hardware
 # counters (packets, retries, NAKs) and the CPUs' context switches,
 # interrupts and softirqs moved by, per I/O, its hottest symbols, its samples
-# by command and by module, and the functions of the two block stacks'
-# modules (`PROFILE`, `COMM`, `DSO`, `MODULES` sections of the bench log).
+# by command and by module, the functions of the two block stacks' modules
+# and their hottest offsets (`PROFILE`, `COMM`, `DSO`, `MODULES`, `OFFSETS`
+# sections of the bench log).
 # The second disk is the Rust pair's (rdma_rust_nvme on rdma_rust_nvmet), or,
 # with `BENCH_PAIR=nvmf` or `nvmh`, that of the bench cases of that prefix.
 # Sampling costs time of its own: the IOPS are for reading the profile, not
@@ -66,6 +67,13 @@ prof_one() {
 		prof_report $data dso 0.5 | head -20
 		echo "=== MODULES $rw QD$qd $side (% of all samples)"
 		prof_report $data dso,sym 0.05 --dsos "$PROF_MODULES" | head -30
+		# Where in those functions (offsets to match against `objdump -d` of the
+		# same build's .ko; under TCG a sample lands where a translation block
+		# starts, so an offset names the block after the cost, not the cost).
+		echo "=== OFFSETS $rw QD$qd $side (samples by function+offset in the block stacks' modules)"
+		/usr/bin/perf script -i "$data" -F ip,sym,symoff,dso 2> /dev/null |
+			grep -E '[^a-z_](rdma_rust_nvme|rdma_rust_nvmet|nvme_rdma|nvme_fabrics|nvme_core|nvmet|nvmet_rdma|brd)([^a-z_]|$)' |
+			awk '{ print $2 }' | sort | uniq -c | sort -rn | head -30
 	} > /dev/console
 	rm -f $data
 }
