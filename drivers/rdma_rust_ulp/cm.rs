@@ -318,7 +318,6 @@ impl Ev {
                 // Ended now, though freed from a work item: the flushes that follow (on
                 // iWARP the QP is in the error state already) are its drain.
                 conn.closing();
-                conn.peer_gone();
                 pr_info!(
                     "run {}: {} {what} after {} round trips\n",
                     run.id,

@@ -326,9 +326,11 @@ impl Conn {
     }
 
     /// Marks the connection ended before its QP is moved to the error state (process
-    /// context), so that the flushes that follow are not taken for a failure.
+    /// context), so that the flushes that follow are not taken for a failure; a server run
+    /// that waited for its client's disconnect ends ([`Conn::peer_gone`]).
     pub(super) fn closing(&self) {
         self.ended.store(true, Ordering::Release);
+        self.peer_gone();
     }
 
     /// Server: the run's last go ahead completed (`ok`: it was delivered). A delivered one
@@ -348,10 +350,10 @@ impl Conn {
         self.run.retire();
     }
 
-    /// The peer disconnected, or the connection is being freed (any context): a run that
-    /// waited for that ends. Idempotent: it runs on the disconnect and again on teardown,
-    /// which is the only call on stop and device removal.
-    pub(super) fn peer_gone(&self) {
+    /// The connection is ending (the client disconnected, or it is being stopped or freed):
+    /// a run that waited for that ends. Idempotent, as [`Conn::closing`] runs more than once
+    /// (on the disconnect, and again on teardown, the only call on stop and device removal).
+    fn peer_gone(&self) {
         if self.bye.swap(BYE_ENDED, Ordering::AcqRel) == BYE_WAITING {
             self.run.retire();
         }
@@ -563,7 +565,6 @@ impl Conn {
     /// every request has come back.
     pub(super) fn teardown(&self) {
         self.closing();
-        self.peer_gone();
         let qp = self.qp.lock().take();
         if let Some(qp) = &qp {
             // Process context; if the drain is refused, dropping the QP drains it.
