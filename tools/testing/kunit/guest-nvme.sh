@@ -118,11 +118,12 @@ hst_logged_own() { since_mark | grep -qE '(^|\] )rdma_rust_nvme: '; }
 # hst_ios DEV: the I/Os the disk DEV (/dev/rnvmeXnY) completed.
 hst_ios() { awk '{ print $1 + $5 }' "/sys/block/${1#/dev/}/stat"; }
 
-# hst_writing DEV IOS: DEV completed 8 I/Os more than IOS: a background writer
-# started before is at work on it. A fault must wait for that: fio opens its
-# file only once its thread runs (seconds under TCG), and a disk gone by then
-# would be a new regular file to it (hence --allow_file_create=0 as well).
-hst_writing() { [ "$(hst_ios "$1")" -ge $(($2 + 8)) ]; }
+# hst_writing DEV IOS [MORE]: DEV completed MORE (8) I/Os more than IOS: a
+# background writer started before is at work on it. A fault must wait for
+# that: fio opens its file only once its thread runs (seconds under TCG), and
+# a disk gone by then would be a new regular file to it (hence
+# --allow_file_create=0 as well).
+hst_writing() { [ "$(hst_ios "$1")" -ge $(($2 + ${3:-8})) ]; }
 
 # --- recovery ------------------------------------------------------------------------
 # hst_bg_writer DEV DEPTH SECS OUT [FIO ARGS...]: a 4 KiB random writer at

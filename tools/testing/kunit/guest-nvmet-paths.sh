@@ -26,30 +26,26 @@ nvmt_ctrl_states() {
 # nvmt_live NQN N: N of NQN's controllers are live.
 nvmt_live() { [ "$(nvmt_ctrl_states "$1" | grep -o ':live' | wc -l)" = "$2" ]; }
 
-# nvmt_writes DEV: writes completed on /dev/DEV (its stat's fifth field).
-nvmt_writes() { set -- $(cat "/sys/block/$1/stat" 2> /dev/null) && echo "${5:-0}"; }
-# nvmt_wrote DEV N: DEV completed N writes or more.
-nvmt_wrote() { [ "$(nvmt_writes "$1")" -ge "$2" ]; }
-
 # nvmt_bg_fio NQN SECS [ARGS...]: fio on NQN's namespace in the background for
 # SECS seconds, time-based random 4 KiB writes at QD 8 with crc32c headers,
 # every 16 written read back and verified during the run (ARGS added, after:
 # `--verify=0` for a namespace that loses its data); its pid in
-# /tmp/nvmt-bg.pid, its report in /tmp/nvmt-bg. Returns once fio's writes
-# flow (NVMT_BG_WRITES of them completed on the disk, within 10 s), so that
-# a fault after it lands on I/O in flight.
-NVMT_BG_WRITES=64
+# /tmp/nvmt-bg.pid, its report in /tmp/nvmt-bg. Returns once fio's I/O
+# flows (guest-nvme.sh's hst_writing: NVMT_BG_IOS completed on the disk
+# within 10 s; fio's verify reads never outnumber its writes, so 64 writes at
+# least), so that a fault after it lands on I/O in flight.
+NVMT_BG_IOS=128
 nvmt_bg_fio() {
 	local nqn=$1 secs=$2 dev start
 	shift 2
 	dev=$(nvmt_ns "$nqn") || { echo "no namespace of $nqn"; return 1; }
-	start=$(nvmt_writes "$dev")
+	start=$(hst_ios "$dev") || { echo "no disk $dev"; return 1; }
 	$FIO --name=bg --filename="/dev/$dev" --direct=1 --ioengine=libaio --rw=randwrite --bs=4k \
 		--iodepth=8 --size=8m --time_based --runtime="$secs" --verify=crc32c --verify_backlog=16 \
 		--verify_fatal=1 --thread "$@" --output=/tmp/nvmt-bg > /dev/null 2>&1 &
 	echo $! > /tmp/nvmt-bg.pid
-	wait_for 10 nvmt_wrote "$dev" $((${start:-0} + NVMT_BG_WRITES)) && return 0
-	echo "fio on /dev/$dev: fewer than $NVMT_BG_WRITES writes in 10 s (stat: $(cat "/sys/block/$dev/stat" 2> /dev/null))"
+	wait_for 10 hst_writing "$dev" "$start" $NVMT_BG_IOS && return 0
+	echo "fio on /dev/$dev: fewer than $NVMT_BG_IOS I/Os in 10 s (stat: $(cat "/sys/block/$dev/stat" 2> /dev/null))"
 	kill "$(cat /tmp/nvmt-bg.pid)" 2> /dev/null
 	wait "$(cat /tmp/nvmt-bg.pid)" 2> /dev/null
 	return 1
