@@ -24,19 +24,18 @@
 
 use crate::counters::Counters;
 use crate::ctl::{Fault, PeerTarget, Role, Spec};
-use crate::wait::{wait_until, Pace};
+use crate::wait::wait_until;
 use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use kernel::prelude::*;
 use kernel::rdma::{
     ah::Ah,
-    cq::{Cq, Wc, WcStatus},
+    cq::{Cq, WcStatus},
     device::PortAttr,
     dma::DmaBuf,
-    mr::{Access, Mr},
     pd::Pd,
     qp::{Endpoint, Init, Qp, QpType, RcParams, Rts},
     sync::{Completion as Signal, SpinLockBh},
-    wr::{Completion, Wr, GRH_LEN},
+    wr::{Wr, GRH_LEN},
 };
 use kernel::sync::{Arc, Mutex};
 use kernel::time::Ktime;
@@ -45,8 +44,11 @@ use kernel::{new_mutex, new_spinlock_bh};
 mod build;
 mod cm_pair;
 mod payload;
+mod reg;
 mod target;
 mod traffic;
+
+pub(crate) use reg::register;
 
 use target::Target;
 use traffic::{post_next, pp_send, PpSlot, Rx, Side, Tx};
@@ -165,72 +167,8 @@ pub(crate) struct Run {
     res: Mutex<Option<Res>>,
 }
 
-/// A REG_MR request: hands the MR back to the thread that waits for it.
-#[pin_data]
-struct RegBack {
-    #[pin]
-    slot: SpinLockBh<Option<(Wr<Reg>, WcStatus)>>,
-    #[pin]
-    done: Signal,
-}
-
-struct Reg {
-    mr: Mr,
-    back: Arc<RegBack>,
-}
-
-impl Completion for Reg {
-    fn done(wr: Wr<Self>, wc: &Wc) {
-        let back = wr.data().back.clone();
-        *back.slot.lock() = Some((wr, wc.status()));
-        back.done.complete();
-    }
-}
-
 /// Receives each QP of a ping-pong run keeps posted (one message is in flight at a time).
 const PP_RECEIVES: u32 = 4;
-
-/// How long a REG_MR may take.
-const REG_MS: u32 = 10_000;
-
-/// Registers `mr` for remote read and write through `qp`, waiting for the REG_MR completion
-/// (polling `cq` if it is a direct one).
-pub(crate) fn register(qp: &Qp<Rts>, cq: &Cq, mr: Mr) -> Result<Mr> {
-    let back = Arc::pin_init(
-        pin_init!(RegBack {
-            slot <- new_spinlock_bh!(None, "rdma_rust_ulp_reg"),
-            done <- Signal::new(),
-        }),
-        GFP_KERNEL,
-    )?;
-    let reg = Reg {
-        mr,
-        back: back.clone(),
-    };
-    qp.post_send(Wr::new(reg, GFP_KERNEL)?, |r, ops| {
-        ops.reg_mr(&r.mr, Access::REMOTE_READ | Access::REMOTE_WRITE)?;
-        Ok(())
-    })?;
-    // The QP is connected and the request local: it completes (or flushes) promptly.
-    let came_back = wait_until(Some(cq), Some(&back.done), REG_MS, Pace::Sleep, || {
-        back.slot.lock().is_some()
-    });
-    if came_back.is_err() {
-        pr_err!("REG_MR did not complete in {} s\n", REG_MS / 1000);
-        // The request holds `back`, and `back` would hold the request: drain the QP so that
-        // it comes back now, then drop it.
-        let _ = qp.drain();
-        drop(back.slot.lock().take());
-        return Err(ETIMEDOUT);
-    }
-    let (wr, status) = back.slot.lock().take().ok_or(EIO)?;
-    let mr = wr.into_inner().mr;
-    if status != WcStatus::Success {
-        pr_err!("REG_MR completed with {:?}\n", status);
-        return Err(EIO);
-    }
-    Ok(mr)
-}
 
 /// The RC parameters of a run's QPs: as many RDMA READs outstanding, as initiator and as
 /// target, as the run keeps in flight (the device caps it), as perftest's `-o` gives.
