@@ -44,6 +44,43 @@ prof_report() {
 }
 # The modules of the two block stacks: their own code, function by function.
 PROF_MODULES='[rdma_rust_nvme],[rdma_rust_nvmet],[rdma_rxe],[nvme_rdma],[nvme_fabrics],[nvme_core],[nvmet],[nvmet_rdma],[brd]'
+# prof_samples DATA: one line per sample of DATA, "MODULE FUNCTION OFFSET".
+# Kernel addresses are placed here, by /proc/kallsyms: perf sizes a module's
+# map by its /proc/modules size, which in 6.12 counts the module's data too,
+# so one module's map can reach over the next one's text and that module's
+# samples land in the wrong module, or in no function ([unknown]). User space
+# is as perf names it (offset "-").
+prof_samples() {
+	{
+		awk '$2 ~ /^[tT]$/ { print $1, 0, $3, ($4 == "" ? "[kernel]" : $4) }' /proc/kallsyms
+		/usr/bin/perf script -i "$1" -F ip,sym,dso 2> /dev/null | awk '
+			$1 ~ /^ffff/ { print $1, 1; next }
+			{ d = $NF; gsub(/[()]/, "", d); sub(/.*\//, "", d); print "u", 2, d, $2 }'
+	} | LC_ALL=C sort | awk '
+		# The low 32 bits of a hex address (a function never spans 4 GiB).
+		function low(s,   i, n) {
+			n = 0; s = substr(s, length(s) - 7)
+			for (i = 1; i <= length(s); i++)
+				n = n * 16 + index("0123456789abcdef", substr(s, i, 1)) - 1
+			return n
+		}
+		$2 == 0 { at = $1; fn = $3; mod = $4; next }
+		$2 == 1 { o = low($1) - low(at); if (o < 0) o += 4294967296; printf "%s %s 0x%x\n", mod, fn, o; next }
+		{ print "(" $3 ")", $4, "-" }'
+}
+# prof_top SAMPLES LIMIT KEY [MODULES]: the LIMIT commonest values of KEY
+# (mod, fn, mod_fn or fn_off) among SAMPLES' lines (of MODULES only, a
+# space-separated list of [name]s, if given), with their % of all samples.
+prof_top() {
+	awk -v key="$3" -v mods=" $4 " '
+		{ n++ }
+		mods != "  " && index(mods, " " $1 " ") == 0 { next }
+		{ k = key == "mod" ? $1 : key == "fn" ? $2 : key == "mod_fn" ? $1 " " $2 : $2 "+" $3; c[k]++ }
+		END { for (k in c) printf "%8d %6.2f%%  %s\n", c[k], 100 * c[k] / n, k }
+	' "$1" | sort -rn | head -"$2"
+}
+# The modules of the two block stacks.
+PROF_MODULES='[rdma_rust_nvme] [rdma_rust_nvmet] [rdma_rxe] [nvme_rdma] [nvme_fabrics] [nvme_core] [nvmet] [nvmet_rdma] [brd]'
 # prof_one RW QD BS SIDE DEV: one profiled run and its report.
 prof_one() {
 	local rw=$1 qd=$2 bs=$3 side=$4 d=$5 data=/tmp/perf.$4
@@ -51,8 +88,9 @@ prof_one() {
 	blkb_perf_fio $data "$d" "$rw" "$bs" "$qd" $PROF_SECS -e cpu-clock -F 1000 ||
 		bench_say "fail case=profile_${rw}_qd$qd side=$side round=0"
 	hw_snap /tmp/hw.after
+	prof_samples $data > /tmp/samples
 	{
-		echo "=== PROFILE $rw $bs QD$qd $side /dev/$d: $(grep -o 'IOPS=[^,]*' /tmp/fio.out)"
+		echo "=== PROFILE $rw $bs QD$qd $side /dev/$d: $(grep -o 'IOPS=[^,]*' /tmp/fio.out), $(wc -l < /tmp/samples) samples"
 		# What rxe did meanwhile, per I/O (packets, retries, NAKs), and the CPUs
 		# (context switches, interrupts, softirqs by kind).
 		awk -v ios="$(grep -o 'issued rwts: total=[0-9]*,[0-9]*' /tmp/fio.out | tr -dc '0-9,' | tr , +)" '
@@ -60,21 +98,19 @@ prof_one() {
 			FILENAME == ARGV[1] { b[$1] = $2; next }
 			$2 != b[$1] { printf "%s +%d (%.2f per I/O)\n", $1, $2 - b[$1], ($2 - b[$1]) / (n > 0 ? n : 1) }
 		' /tmp/hw.before /tmp/hw.after
-		prof_report $data sym 0.4 | head -40
+		prof_top /tmp/samples 40 fn
 		echo "=== COMM $rw QD$qd $side"
 		prof_report $data comm 1 | head -20
 		echo "=== DSO $rw QD$qd $side"
-		prof_report $data dso 0.5 | head -20
-		echo "=== MODULES $rw QD$qd $side (% of all samples)"
-		prof_report $data dso,sym 0.05 --dsos "$PROF_MODULES" | head -30
+		prof_top /tmp/samples 20 mod
+		echo "=== MODULES $rw QD$qd $side (samples, % of all samples)"
+		prof_top /tmp/samples 30 mod_fn "$PROF_MODULES"
 		# Where in those functions (offsets to match against `objdump -d` of the
 		# same build's .ko; under TCG a sample lands where a translation block
 		# starts, so an offset names the block after the cost, not the cost).
 		echo "=== OFFSETS $rw QD$qd $side (samples by function+offset in the block stacks' modules)"
-		/usr/bin/perf script -i "$data" -F ip,sym,symoff,dso 2> /dev/null |
-			grep -E '[^a-z_](rdma_rust_nvme|rdma_rust_nvmet|nvme_rdma|nvme_fabrics|nvme_core|nvmet|nvmet_rdma|brd)([^a-z_]|$)' |
-			awk '{ print $2 }' | sort | uniq -c | sort -rn | head -30
+		prof_top /tmp/samples 30 fn_off "$PROF_MODULES"
 	} > /dev/console
-	rm -f $data
+	rm -f $data /tmp/samples
 }
 blkb_script_cases "randwrite:1:4k randread:1:4k randwrite:32:4k" 1 prof_one
