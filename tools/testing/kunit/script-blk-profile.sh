@@ -42,8 +42,6 @@ prof_report() {
 	/usr/bin/perf report -i "$data" --stdio --no-children --sort "$sort" \
 		--percent-limit "$limit" "$@" 2> /dev/null | grep -v '^#' | grep -v '^$'
 }
-# The modules of the two block stacks: their own code, function by function.
-PROF_MODULES='[rdma_rust_nvme],[rdma_rust_nvmet],[rdma_rxe],[nvme_rdma],[nvme_fabrics],[nvme_core],[nvmet],[nvmet_rdma],[brd]'
 # prof_samples DATA: one line per sample of DATA, "MODULE FUNCTION OFFSET".
 # Kernel addresses are placed here, by /proc/kallsyms: perf sizes a module's
 # map by its /proc/modules size, which in 6.12 counts the module's data too,
@@ -79,7 +77,7 @@ prof_top() {
 		END { for (k in c) printf "%8d %6.2f%%  %s\n", c[k], 100 * c[k] / n, k }
 	' "$1" | sort -rn | head -"$2"
 }
-# The modules of the two block stacks.
+# The modules of the two block stacks: their own code, function by function.
 PROF_MODULES='[rdma_rust_nvme] [rdma_rust_nvmet] [rdma_rxe] [nvme_rdma] [nvme_fabrics] [nvme_core] [nvmet] [nvmet_rdma] [brd]'
 # prof_one RW QD BS SIDE DEV: one profiled run and its report.
 prof_one() {
