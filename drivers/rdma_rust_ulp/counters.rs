@@ -52,6 +52,8 @@ pub(crate) struct Counters {
     pub(crate) dup: AtomicU64,
     /// Payloads (or immediates) that did not match what was sent.
     pub(crate) corrupt: AtomicU64,
+    /// A paced run's send requests that waited for the receiver (`Run::pace`).
+    pub(crate) waits: AtomicU64,
     lat_min: AtomicU64,
     lat_max: AtomicU64,
     lat_n: AtomicU64,
@@ -76,6 +78,7 @@ impl Counters {
             lost: AtomicU64::new(0),
             dup: AtomicU64::new(0),
             corrupt: AtomicU64::new(0),
+            waits: AtomicU64::new(0),
             lat_min: AtomicU64::new(u64::MAX),
             lat_max: AtomicU64::new(0),
             lat_n: AtomicU64::new(0),

@@ -206,7 +206,7 @@ impl Spec {
     /// in flight, and rxe's responder may hold back more while the sender's completions keep
     /// coming, then consume receives faster than the handler gives them back. With twice the
     /// depth a loaded host lost 21 of 300 datagrams: UD keeps four times the depth (perftest
-    /// keeps 512).
+    /// keeps 512), and a validated loopback run also paces its sends by them (`Run::paced`).
     pub(crate) fn receives(&self) -> u32 {
         match (self.op.uses_recv(), self.mode) {
             (false, _) => 1,

@@ -157,14 +157,38 @@ pub(crate) struct Run {
     pp: PingPong,
     /// This host's QP of a server or client run, for the peer.
     pub(crate) endpoint: Option<Endpoint>,
-    /// Serialises "take a sequence number, post": the post order is the sequence order.
+    /// The order of the posts, and a paced run's sends waiting for its receiver.
     #[pin]
-    post_lock: SpinLockBh<()>,
+    posting: Posting,
     /// Signalled when the last send-side request retires.
     #[pin]
     ended: Signal,
     #[pin]
     res: Mutex<Option<Res>>,
+}
+
+/// What orders a run's posts, and holds a paced run's ([`Run::paced`]) back.
+#[pin_data]
+struct Posting {
+    /// Serialises "take a sequence number, post": the post order is the sequence order.
+    #[pin]
+    order: SpinLockBh<()>,
+    /// `rx_expected` as it was when the receiver last gave a receive back.
+    returned: AtomicU64,
+    /// Send requests waiting for receives to be given back (room for all of them is
+    /// reserved when the run starts: parking never allocates).
+    #[pin]
+    parked: SpinLockBh<KVec<Wr<Tx>>>,
+}
+
+impl Posting {
+    fn new() -> impl PinInit<Self> {
+        pin_init!(Posting {
+            order <- new_spinlock_bh!((), "rdma_rust_ulp_post"),
+            returned: AtomicU64::new(0),
+            parked <- new_spinlock_bh!(KVec::new(), "rdma_rust_ulp_parked"),
+        })
+    }
 }
 
 /// Receives each QP of a ping-pong run keeps posted (one message is in flight at a time).
@@ -220,7 +244,7 @@ impl Run {
                 end_ns: AtomicI64::new(0),
                 pp <- PingPong::new(),
                 endpoint,
-                post_lock <- new_spinlock_bh!((), "rdma_rust_ulp_post"),
+                posting <- Posting::new(),
                 ended <- Signal::new(),
                 res <- new_mutex!(Some(res), "rdma_rust_ulp_res"),
             }),
@@ -312,6 +336,10 @@ impl Run {
         let mut txs = KVec::with_capacity(n, GFP_KERNEL)?;
         for slot in 0..n {
             txs.push(tx(tx_qp, slot, None)?, GFP_KERNEL)?;
+        }
+        if self.paced() {
+            let room = KVec::with_capacity(n, GFP_KERNEL)?;
+            *self.posting.parked.lock() = room;
         }
         self.inflight.store(n as u32, Ordering::Release);
         if spec.hold {
@@ -477,7 +505,7 @@ impl Run {
                 Counters::get(&self.counters.received) >= Counters::get(&self.counters.messages)
             });
         }
-        self.stopping.store(true, Ordering::SeqCst);
+        self.stop();
         for qp in [&res.tx_qp, &res.rx_qp].into_iter().flatten() {
             // Process context; a refused drain would leave it to the QP's drop.
             let _ = qp.drain();
@@ -535,9 +563,104 @@ impl Run {
         self.stopping.load(Ordering::Acquire)
     }
 
-    /// Makes the run stop: requests are no longer posted again. Any context.
+    /// Makes the run stop: requests are no longer posted again, and parked ones retire. Any
+    /// context.
     pub(crate) fn stop(&self) {
         self.stopping.store(true, Ordering::SeqCst);
+        // After the flag: [`Run::pace`] looks at it under the same lock, so nothing parks
+        // once this has emptied the list.
+        let parked = core::mem::replace(&mut *self.posting.parked.lock(), KVec::new());
+        for wr in parked {
+            drop(wr);
+            self.retire();
+        }
+    }
+
+    /// Whether the run's sends wait for its receiver: a validated UD loopback run (not a
+    /// ping-pong). rxe drops a datagram that finds no receive posted and completes its send
+    /// all the same, so a sender driven by its send completions alone can outrun a receiver
+    /// whose handler runs late: its responder holds datagrams back, then consumes receives
+    /// faster than the handler gives them back (on a slow host, `poll=direct` lost 31 of 300
+    /// with four times the depth posted). A paced run keeps the messages neither received nor
+    /// known lost within the receives it keeps posted, so that every datagram finds one. Only
+    /// a validated run's sequence numbers tell a loss from a message still on its way, and
+    /// only a loopback run sees its receiver: the others are not paced (nor are perftest's UD
+    /// tests), and rely on the depth of [`Spec::receives`]. Nor are fault runs, whose
+    /// datagrams are all dropped: a paced run waits for a receive or a later datagram to
+    /// account for each one in flight, so if every one of them vanished it would wait until
+    /// stopped.
+    fn paced(&self) -> bool {
+        let s = &self.spec;
+        s.mode == QpType::Ud
+            && s.role == Role::Loopback
+            && s.validate
+            && !s.pingpong
+            && s.fault == Fault::None
+            && s.op.uses_recv()
+    }
+
+    /// Whether the receiver has a receive posted for each of the next batch's messages (or
+    /// there is no next batch).
+    fn receives_for_next(&self) -> bool {
+        let count = self.spec.count;
+        let next = self.next_seq.load(Ordering::Relaxed);
+        if next >= count {
+            return true;
+        }
+        let n = u64::from(self.spec.batch.max(1)).min(count - next);
+        let returned = self.posting.returned.load(Ordering::Acquire);
+        next + n <= returned + u64::from(self.spec.receives())
+    }
+
+    /// A paced run keeps `wr` (returns `None`) while its next messages would outrun the
+    /// receives posted, until [`Run::receive_returned`] posts it; otherwise gives it back to
+    /// be posted. Under `posting.order`, which orders it with the claim that follows.
+    pub(super) fn pace(&self, wr: Wr<Tx>) -> Option<Wr<Tx>> {
+        if !self.paced() {
+            return Some(wr);
+        }
+        let mut parked = self.posting.parked.lock();
+        if self.stopping() || self.receives_for_next() || parked.len() == parked.capacity() {
+            return Some(wr);
+        }
+        // Within the capacity reserved at `go`: no allocation.
+        match parked.push(wr, GFP_ATOMIC) {
+            Ok(()) => {
+                Counters::add(&self.counters.waits, 1);
+                None
+            }
+            // Unreachable (the room is there); the request is gone, and with it its share of
+            // the run's end.
+            Err(_) => {
+                self.retire();
+                None
+            }
+        }
+    }
+
+    /// A paced run's receiver gave a receive back (posted it again): posts the parked
+    /// requests it made room for. Any context.
+    pub(super) fn receive_returned(&self) {
+        if !self.paced() {
+            return;
+        }
+        self.posting
+            .returned
+            .store(self.rx_expected.load(Ordering::Relaxed), Ordering::Release);
+        loop {
+            let wr = {
+                let mut parked = self.posting.parked.lock();
+                if !self.receives_for_next() {
+                    return;
+                }
+                parked.pop()
+            };
+            match wr {
+                // It parks again if another request took the room first.
+                Some(wr) => post_next(wr),
+                None => return,
+            }
+        }
     }
 
     /// Counts a completion of one of the run's requests (`what`) by its status; returns

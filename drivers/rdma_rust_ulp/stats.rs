@@ -29,10 +29,10 @@ impl fmt::Display for Micros {
 pub(crate) fn text(u: &Ulp, t: &mut impl Write) -> fmt::Result {
     writeln!(
         t,
-        "{:>3} {:<8} {:<4} {:<8} {:>7} {:>9} {:>5} {:<9} {:>3} {:<7} {:>9} {:>11} {:>9} {:>6} {:>5} {:>5} {:>7} {:>9} {:>8} {:>6} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "{:>3} {:<8} {:<4} {:<8} {:>7} {:>9} {:>5} {:<9} {:>3} {:<7} {:>9} {:>11} {:>9} {:>6} {:>5} {:>5} {:>7} {:>9} {:>8} {:>6} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>5}",
         "id", "dev", "mode", "op", "size", "count", "depth", "poll", "val", "state", "messages",
         "bytes", "received", "errors", "lost", "dup", "corrupt", "wc_ok", "wc_flush", "wc_err",
-        "MB/s", "lat_min_us", "lat_p50_us", "lat_p99_us", "lat_max_us", "elapsed_us"
+        "MB/s", "lat_min_us", "lat_p50_us", "lat_p99_us", "lat_max_us", "elapsed_us", "waits"
     )?;
     u.each_device(|d, runs| -> fmt::Result {
         for r in runs {
@@ -58,7 +58,7 @@ pub(crate) fn text(u: &Ulp, t: &mut impl Write) -> fmt::Result {
             let [lmin, l50, l99, lmax] = s.latencies();
             writeln!(
                 t,
-                "{:>3} {:<8} {:<4} {:<8} {:>7} {:>9} {:>5} {:<9} {:>3} {:<7} {:>9} {:>11} {:>9} {:>6} {:>5} {:>5} {:>7} {:>9} {:>8} {:>6} {:>6}.{} {:>10} {:>10} {:>10} {:>10} {:>10}",
+                "{:>3} {:<8} {:<4} {:<8} {:>7} {:>9} {:>5} {:<9} {:>3} {:<7} {:>9} {:>11} {:>9} {:>6} {:>5} {:>5} {:>7} {:>9} {:>8} {:>6} {:>6}.{} {:>10} {:>10} {:>10} {:>10} {:>10} {:>5}",
                 r.id,
                 d.name(),
                 ctl::mode_name(r.spec.mode),
@@ -85,7 +85,8 @@ pub(crate) fn text(u: &Ulp, t: &mut impl Write) -> fmt::Result {
                 Micros(l50),
                 Micros(l99),
                 Micros(lmax),
-                elapsed_ns / 1000
+                elapsed_ns / 1000,
+                Counters::get(&s.waits)
             )?;
         }
         Ok(())

@@ -237,13 +237,17 @@ fn post(wr: Wr<Tx>, run: &Run, qp: &Qp<Rts>) -> bool {
     }
 }
 
-/// Posts `wr` with the next messages, or retires it when the run is over. Any context.
-pub(super) fn post_next(mut wr: Wr<Tx>) {
+/// Posts `wr` with the next messages, parks it while a paced run's receiver is behind
+/// ([`Run::pace`]), or retires it when the run is over. Any context.
+pub(super) fn post_next(wr: Wr<Tx>) {
     let run = wr.data().run.clone();
     let qp = wr.data().qp.clone();
     // A validated run posts in sequence order, which its receiver checks; otherwise claiming
     // sequence numbers is enough.
-    let _order = run.spec.validate.then(|| run.post_lock.lock());
+    let _order = run.spec.validate.then(|| run.posting.order.lock());
+    let Some(mut wr) = run.pace(wr) else {
+        return;
+    };
     let claimed = if run.stopping() {
         None
     } else {
@@ -363,6 +367,7 @@ impl Completion for Rx {
             None => received(wr.data_mut(), &run, wc),
         }
         Rx::repost(wr, &run);
+        run.receive_returned();
     }
 }
 

@@ -172,6 +172,7 @@ ud_arrived() {
 # than ud_loss_bound allows.
 ulp_ud_ok() {
 	ulp_row "$1"
+	kmsg "rdmatest: UD run $1: its sends waited for the receiver $(ulp_stat "$1" waits) times"
 	ud_arrived "UD run $1" "$(ulp_stat "$1" received)" "$2" &&
 		[ "$(ulp_stat "$1" state)" = done ] && [ "$(ulp_stat "$1" messages)" = "$2" ] &&
 		[ "$(ulp_stat "$1" errors)" = 0 ] && [ "$(ulp_stat "$1" corrupt)" = 0 ] &&
