@@ -12,6 +12,11 @@
 //! - `reserved_status`: the completion's status has a reserved status code type (5), which no
 //!   controller may send.
 //!
+//! One bends no rule: `no_invalidate` answers a command that asked for remote invalidation
+//! with a plain SEND. The invalidation is the host's request, not the target's duty: the host
+//! must then invalidate its key itself (as nvme-rdma does with a LOCAL_INV), and the command
+//! succeeds.
+//!
 //! Two more break the next Identify of their kind, on the admin queue, with absurd sizes:
 //!
 //! - `absurd_id_ctrl`: Identify Controller says an I/O command capsule is 16 bytes (IOCCSZ 1,
@@ -35,9 +40,10 @@ pub(crate) enum Fault {
     ReservedStatus = 4,
     AbsurdIdCtrl = 5,
     AbsurdIdNs = 6,
+    NoInvalidate = 7,
 }
 
-const NAMES: [(&[u8], u8); 7] = [
+const NAMES: [(&[u8], u8); 8] = [
     (b"none", 0),
     (b"unknown_cid", Fault::UnknownCid as u8),
     (b"stale_cid", Fault::StaleCid as u8),
@@ -45,6 +51,7 @@ const NAMES: [(&[u8], u8); 7] = [
     (b"reserved_status", Fault::ReservedStatus as u8),
     (b"absurd_id_ctrl", Fault::AbsurdIdCtrl as u8),
     (b"absurd_id_ns", Fault::AbsurdIdNs as u8),
+    (b"no_invalidate", Fault::NoInvalidate as u8),
 ];
 
 static ARMED: AtomicU8 = AtomicU8::new(0);
@@ -59,7 +66,7 @@ pub(crate) fn arm(name: &[u8]) -> Result {
             Ok(())
         }
         None => {
-            pr_err!("misbehave: unknown fault (none, unknown_cid, stale_cid, wrong_rkey, reserved_status, absurd_id_ctrl, absurd_id_ns)\n");
+            pr_err!("misbehave: unknown fault (none, unknown_cid, stale_cid, wrong_rkey, reserved_status, absurd_id_ctrl, absurd_id_ns, no_invalidate)\n");
             Err(EINVAL)
         }
     }
@@ -77,7 +84,8 @@ pub(crate) fn status() -> (&'static str, u64) {
 }
 
 /// The fault to apply to a completion on I/O queue `qid` (not the admin queue's, 0), if one
-/// is armed and fits it (`wrong_rkey` needs a completion that invalidates); disarmed once
+/// is armed and fits it (`wrong_rkey` and `no_invalidate` need a completion that
+/// invalidates); disarmed once
 /// taken.
 pub(crate) fn take(qid: u16, invalidates: bool) -> Option<Fault> {
     if qid == 0 {
@@ -88,6 +96,7 @@ pub(crate) fn take(qid: u16, invalidates: bool) -> Option<Fault> {
         2 => Fault::StaleCid,
         3 if invalidates => Fault::WrongRkey,
         4 => Fault::ReservedStatus,
+        7 if invalidates => Fault::NoInvalidate,
         _ => return None,
     };
     fire(fault)

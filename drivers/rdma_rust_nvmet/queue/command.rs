@@ -284,13 +284,18 @@ impl Queue {
                 Fault::StaleCid => cid ^= 0x1000,
                 Fault::WrongRkey => invalidate = invalidate.map(|k| k ^ 0xff),
                 Fault::ReservedStatus => reply.status = Status(0x0501),
+                Fault::NoInvalidate => invalidate = None,
                 Fault::AbsurdIdCtrl | Fault::AbsurdIdNs => {}
             }
             pr_info!(
                 "queue {}: misbehaving on purpose ({fault:?}): command id {:#06x} completed as {cid:#06x}{}\n",
                 self.qid,
                 sqe.cid,
-                if fault == Fault::WrongRkey { ", invalidating another rkey" } else { "" }
+                match fault {
+                    Fault::WrongRkey => ", invalidating another rkey",
+                    Fault::NoInvalidate => ", leaving its rkey to the host",
+                    _ => "",
+                }
             );
         }
         Cqe {

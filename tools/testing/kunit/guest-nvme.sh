@@ -213,6 +213,30 @@ hst_bad_target() {
 	since_mark | grep 'rdma_rust_nvme: queue [0-9]*: .*: the controller reconnects' | head -n 1
 }
 
+# hst_local_inv N: controller N of rdma_rust_nvmet, armed to answer one
+# command that asked for remote invalidation with a plain SEND (no_invalidate,
+# which the protocol allows): the host invalidates the key itself (its
+# local_inv count grows), a 1 MiB write-and-verify ends with no error, and
+# the connection stays (no reconnect, still live).
+hst_local_inv() {
+	local n=$1 f0 l0 r0 rc=0
+	f0=$(hst_misbehave_fired)
+	l0=$(hst_field "$n" local_inv)
+	r0=$(hst_field "$n" reconnects)
+	[ -n "$f0" ] && [ -n "$l0" ] && [ -n "$r0" ] || { cat $HST_STATUS; echo "no controller $n, or no counts"; return 1; }
+	echo no_invalidate > $HST_MISBEHAVE || { echo "arming no_invalidate failed"; return 1; }
+	$FIO --name=li --filename="/dev/rnvme${n}n1" --allow_file_create=0 --direct=1 --ioengine=libaio \
+		--rw=write --bs=4k --size=1m --verify=crc32c --verify_fatal=1 --output=/tmp/nvh-li > /dev/null 2>&1 || rc=1
+	echo none > $HST_MISBEHAVE
+	[ $rc = 0 ] && grep -q 'err= 0' /tmp/nvh-li || { cat /tmp/nvh-li; echo "fio failed"; return 1; }
+	[ "$(hst_misbehave_fired)" -gt "$f0" ] 2> /dev/null || { echo "the target did not fire no_invalidate"; return 1; }
+	[ "$(hst_field "$n" local_inv)" -gt "$l0" ] 2> /dev/null ||
+		{ cat $HST_STATUS; echo "the host did not invalidate the key itself (local_inv $l0)"; return 1; }
+	[ "$(hst_field "$n" reconnects)" = "$r0" ] && [ "$(hst_field "$n" state)" = live ] ||
+		{ cat $HST_STATUS; echo "the controller reconnected, or is not live"; return 1; }
+	kmsg "rdmatest: nvme host: local_inv $l0 -> $(hst_field "$n" local_inv) with no_invalidate"
+}
+
 # hst_absurd_ctrl OPTS: rdma_rust_nvmet armed to answer the next Identify
 # Controller with absurd sizes (absurd_id_ctrl): a connect with OPTS is
 # refused (EPROTO) with the reason logged, and leaves no controller.
@@ -666,6 +690,7 @@ hst_target_rows() {
 		nvmt_check "${t}_bad_target_stale_cid" hst_bad_target "$n" stale_cid "which is not in flight"
 		nvmt_check "${t}_bad_target_wrong_rkey" hst_bad_target "$n" wrong_rkey "bogus remote invalidation\|receive failed"
 		nvmt_check "${t}_bad_target_reserved_status" hst_bad_target "$n" reserved_status "impossible status"
+		nvmt_check "${t}_bad_target_no_invalidate_local_inv" hst_local_inv "$n"
 		nvmt_check "${t}_bad_target_disconnect" hst_disconnect "$n"
 		[ -n "$host_gate" ] || hst_disconnect_all > /dev/null 2>&1
 		nvmt_check "${t}_bad_target_absurd_id_ctrl_refused" hst_absurd_ctrl "$base,nr_io_queues=1,queue_size=$HST_DEPTH"
