@@ -569,7 +569,7 @@ impl Run {
         self.stopping.store(true, Ordering::SeqCst);
         // After the flag: [`Run::pace`] looks at it under the same lock, so nothing parks
         // once this has emptied the list.
-        let parked = core::mem::replace(&mut *self.posting.parked.lock(), KVec::new());
+        let parked = core::mem::take(&mut *self.posting.parked.lock());
         for wr in parked {
             drop(wr);
             self.retire();
