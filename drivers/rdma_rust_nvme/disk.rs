@@ -18,7 +18,7 @@ use kernel::types::ARef;
 use kernel::{new_mutex, new_spinlock_bh};
 
 /// How long a command may wait for its completion before its queue fails (nvme's default
-/// I/O timeout).
+/// I/O timeout); the block layer's `queue/io_timeout` in sysfs changes it per disk.
 pub(crate) const IO_TIMEOUT_MS: u32 = 30_000;
 
 /// A controller's I/O queues, one per hardware queue of its disks: each replaced by a new
@@ -184,11 +184,10 @@ impl Operations for Blk {
         if !q.is_dead() {
             ns.io.timeouts.fetch_add(1, Ordering::Relaxed);
             pr_err!(
-                "queue {}: a command of {} bytes at sector {} timed out after {} ms\n",
+                "queue {}: a command of {} bytes at sector {} timed out\n",
                 q.qid(),
                 rq.bytes(),
-                rq.sector(),
-                IO_TIMEOUT_MS
+                rq.sector()
             );
         }
         // The target does not answer: the queue fails, which starts the controller's

@@ -12,6 +12,10 @@
 //! - `reserved_status`: the completion's status has a reserved status code type (5), which no
 //!   controller may send.
 //!
+//! One breaks no wire rule but the host's patience: `no_answer` never completes the command
+//! (its data is not sent either); the host's timeout for it must fail the queue and recover,
+//! and the command is carried out again on the new connection.
+//!
 //! One bends no rule: `no_invalidate` answers a command that asked for remote invalidation
 //! with a plain SEND. The invalidation is the host's request, not the target's duty: the host
 //! must then invalidate its key itself (as nvme-rdma does with a LOCAL_INV), and the command
@@ -41,9 +45,10 @@ pub(crate) enum Fault {
     AbsurdIdCtrl = 5,
     AbsurdIdNs = 6,
     NoInvalidate = 7,
+    NoAnswer = 8,
 }
 
-const NAMES: [(&[u8], u8); 8] = [
+const NAMES: [(&[u8], u8); 9] = [
     (b"none", 0),
     (b"unknown_cid", Fault::UnknownCid as u8),
     (b"stale_cid", Fault::StaleCid as u8),
@@ -52,6 +57,7 @@ const NAMES: [(&[u8], u8); 8] = [
     (b"absurd_id_ctrl", Fault::AbsurdIdCtrl as u8),
     (b"absurd_id_ns", Fault::AbsurdIdNs as u8),
     (b"no_invalidate", Fault::NoInvalidate as u8),
+    (b"no_answer", Fault::NoAnswer as u8),
 ];
 
 static ARMED: AtomicU8 = AtomicU8::new(0);
@@ -66,7 +72,7 @@ pub(crate) fn arm(name: &[u8]) -> Result {
             Ok(())
         }
         None => {
-            pr_err!("misbehave: unknown fault (none, unknown_cid, stale_cid, wrong_rkey, reserved_status, absurd_id_ctrl, absurd_id_ns, no_invalidate)\n");
+            pr_err!("misbehave: unknown fault (none, unknown_cid, stale_cid, wrong_rkey, reserved_status, absurd_id_ctrl, absurd_id_ns, no_invalidate, no_answer)\n");
             Err(EINVAL)
         }
     }
@@ -85,8 +91,7 @@ pub(crate) fn status() -> (&'static str, u64) {
 
 /// The fault to apply to a completion on I/O queue `qid` (not the admin queue's, 0), if one
 /// is armed and fits it (`wrong_rkey` and `no_invalidate` need a completion that
-/// invalidates); disarmed once
-/// taken.
+/// invalidates); disarmed once taken.
 pub(crate) fn take(qid: u16, invalidates: bool) -> Option<Fault> {
     if qid == 0 {
         return None;
@@ -97,6 +102,7 @@ pub(crate) fn take(qid: u16, invalidates: bool) -> Option<Fault> {
         3 if invalidates => Fault::WrongRkey,
         4 => Fault::ReservedStatus,
         7 if invalidates => Fault::NoInvalidate,
+        8 => Fault::NoAnswer,
         _ => return None,
     };
     fire(fault)

@@ -280,6 +280,18 @@ impl Queue {
         let mut cid = sqe.cid;
         if let Some(fault) = misbehave::take(self.qid, invalidate.is_some()) {
             match fault {
+                Fault::NoAnswer => {
+                    pr_info!(
+                        "queue {}: misbehaving on purpose ({fault:?}): command id {:#06x} is never completed\n",
+                        self.qid,
+                        sqe.cid
+                    );
+                    // As if the completion had gone: the answer is idle again, its command
+                    // ID free (the host, which still waits for it, reuses it only after its
+                    // timeout ends this connection).
+                    finish(&mut wr);
+                    return Some(wr);
+                }
                 Fault::UnknownCid => cid = (cid & 0xf000) | 0x0fff,
                 Fault::StaleCid => cid ^= 0x1000,
                 Fault::WrongRkey => invalidate = invalidate.map(|k| k ^ 0xff),

@@ -197,13 +197,17 @@ hst_misbehave_fired() { sed -n 's/^misbehave .* fired \([0-9]*\)$/\1/p' /sys/ker
 # once (its debugfs file misbehave): it did, the host logged PATTERN (the
 # reason) and that the controller reconnects, fio ends with no error and its
 # data verified (the bad completion ended no request, the right one was sent
-# again), and the controller is live again with one more reconnect.
+# again), and the controller is live again with one more reconnect. The
+# fault is armed before the writer starts, so that the writer's own I/O fires
+# it however slow the guest: armed after a lead, it once came after the
+# writer's last I/O on an overloaded host, and nothing fired.
 hst_bad_target() {
 	local f0 f1 rc=0
 	f0=$(hst_misbehave_fired)
 	[ -n "$f0" ] || { echo "no misbehave count"; return 1; }
 	mark
-	hst_fault_under_fio "$1" 5 1 10 sh -c "echo $2 > $HST_MISBEHAVE" || rc=1
+	echo "$2" > $HST_MISBEHAVE || { echo "arming $2 failed"; return 1; }
+	hst_fault_under_fio "$1" 5 0 10 true || rc=1
 	echo none > $HST_MISBEHAVE
 	[ $rc = 0 ] || return 1
 	f1=$(hst_misbehave_fired)
@@ -211,6 +215,37 @@ hst_bad_target() {
 	since_mark | grep -q "rdma_rust_nvme: queue [0-9]*: .*\($3\).*: the controller reconnects" ||
 		{ since_mark | grep 'rdma_rust_nvme\|misbehav'; echo "the host did not log '$3' and a reconnect"; return 1; }
 	since_mark | grep 'rdma_rust_nvme: queue [0-9]*: .*: the controller reconnects' | head -n 1
+}
+
+# hst_io_timeout N MS: controller N's disks given an I/O timeout of MS
+# milliseconds (the block layer's queue/io_timeout); prints the first disk's
+# value before, to give back after. Fails if a disk refuses it.
+hst_io_timeout() {
+	local d old= rc=0
+	for d in /sys/block/rnvme$1n*/queue/io_timeout; do
+		[ -n "$old" ] || old=$(cat "$d" 2> /dev/null)
+		echo "$2" > "$d" 2> /dev/null || { echo "setting $d to $2 failed" >&2; rc=1; }
+	done
+	[ -n "$old" ] || { echo "controller $1 has no disk" >&2; return 1; }
+	echo "$old"
+	return $rc
+}
+
+# hst_timeout N: controller N's disks given a 2 s I/O timeout and
+# rdma_rust_nvmet armed never to complete one command (no_answer), under a
+# verifying writer: the host counts the timeout, logs it, fails the queue and
+# reconnects, and the command is carried out again (fio ends with no error and
+# its data verified). The disks get their timeout back after.
+hst_timeout() {
+	local n=$1 t0 old rc=0
+	t0=$(hst_field "$n" timeouts)
+	[ -n "$t0" ] || { cat $HST_STATUS; echo "no controller $n"; return 1; }
+	old=$(hst_io_timeout "$n" 2000) || rc=1
+	[ $rc = 0 ] && hst_bad_target "$n" no_answer "a command timed out" || rc=1
+	[ -z "$old" ] || hst_io_timeout "$n" "$old" > /dev/null || rc=1
+	[ $rc = 0 ] || return 1
+	[ "$(hst_field "$n" timeouts)" -gt "$t0" ] 2> /dev/null ||
+		{ cat $HST_STATUS; echo "the host counted no timeout ($t0)"; return 1; }
 }
 
 # hst_local_inv N: controller N of rdma_rust_nvmet, armed to answer one
@@ -225,10 +260,9 @@ hst_local_inv() {
 	r0=$(hst_field "$n" reconnects)
 	[ -n "$f0" ] && [ -n "$l0" ] && [ -n "$r0" ] || { cat $HST_STATUS; echo "no controller $n, or no counts"; return 1; }
 	echo no_invalidate > $HST_MISBEHAVE || { echo "arming no_invalidate failed"; return 1; }
-	$FIO --name=li --filename="/dev/rnvme${n}n1" --allow_file_create=0 --direct=1 --ioengine=libaio \
-		--rw=write --bs=4k --size=1m --verify=crc32c --verify_fatal=1 --output=/tmp/nvh-li > /dev/null 2>&1 || rc=1
+	nvmt_fio_dev "/dev/rnvme${n}n1" write 4k 1 1m || rc=1
 	echo none > $HST_MISBEHAVE
-	[ $rc = 0 ] && grep -q 'err= 0' /tmp/nvh-li || { cat /tmp/nvh-li; echo "fio failed"; return 1; }
+	[ $rc = 0 ] || return 1
 	[ "$(hst_misbehave_fired)" -gt "$f0" ] 2> /dev/null || { echo "the target did not fire no_invalidate"; return 1; }
 	[ "$(hst_field "$n" local_inv)" -gt "$l0" ] 2> /dev/null ||
 		{ cat $HST_STATUS; echo "the host did not invalidate the key itself (local_inv $l0)"; return 1; }
@@ -691,6 +725,7 @@ hst_target_rows() {
 		nvmt_check "${t}_bad_target_wrong_rkey" hst_bad_target "$n" wrong_rkey "bogus remote invalidation\|receive failed"
 		nvmt_check "${t}_bad_target_reserved_status" hst_bad_target "$n" reserved_status "impossible status"
 		nvmt_check "${t}_bad_target_no_invalidate_local_inv" hst_local_inv "$n"
+		nvmt_check "${t}_bad_target_no_answer_timeout" hst_timeout "$n"
 		nvmt_check "${t}_bad_target_disconnect" hst_disconnect "$n"
 		[ -n "$host_gate" ] || hst_disconnect_all > /dev/null 2>&1
 		nvmt_check "${t}_bad_target_absurd_id_ctrl_refused" hst_absurd_ctrl "$base,nr_io_queues=1,queue_size=$HST_DEPTH"
