@@ -580,6 +580,7 @@ mode_run() {
 . /lib/rdmatest/nvmet-cfs.sh
 . /lib/rdmatest/nvmet-peers.sh
 . /lib/rdmatest/nvme.sh
+. /lib/rdmatest/nvme-bad.sh
 
 case "$mode" in
 test) mode_test ;;

@@ -74,6 +74,7 @@ cp "$KUNIT_DIR/guest-nvmet-paths.sh" "$root/lib/rdmatest/nvmet-paths.sh"
 cp "$KUNIT_DIR/guest-nvmet-cfs.sh" "$root/lib/rdmatest/nvmet-cfs.sh"
 cp "$KUNIT_DIR/guest-nvmet-peers.sh" "$root/lib/rdmatest/nvmet-peers.sh"
 cp "$KUNIT_DIR/guest-nvme.sh" "$root/lib/rdmatest/nvme.sh"
+cp "$KUNIT_DIR/guest-nvme-bad.sh" "$root/lib/rdmatest/nvme-bad.sh"
 # The kernel messages that are splats (one list, ktap_collect.py reads it too).
 cp "$KUNIT_DIR/splats" "$root/lib/rdmatest/splats"
 # RDMATEST_SCRIPT=FILE: a script of one's own for the bench guest (BENCH_CASES=script).
