@@ -14,7 +14,9 @@
 //!
 //! One breaks no wire rule but the host's patience: `no_answer` never completes the command
 //! (its data is not sent either); the host's timeout for it must fail the queue and recover,
-//! and the command is carried out again on the new connection.
+//! and the command is carried out again on the new connection. `keep_alive_unanswered` does
+//! the same to the next Keep Alive, on the admin queue: the host's keep-alive must notice it
+//! (no answer within the keep-alive timeout) and recover.
 //!
 //! One bends no rule: `no_invalidate` answers a command that asked for remote invalidation
 //! with a plain SEND. The invalidation is the host's request, not the target's duty: the host
@@ -31,7 +33,7 @@
 //! and how many fired.
 
 use crate::ident::IDENTIFY_LEN;
-use crate::proto::put32;
+use crate::proto::{admin, put32};
 use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use kernel::prelude::*;
 
@@ -46,9 +48,10 @@ pub(crate) enum Fault {
     AbsurdIdNs = 6,
     NoInvalidate = 7,
     NoAnswer = 8,
+    KeepAliveUnanswered = 9,
 }
 
-const NAMES: [(&[u8], u8); 9] = [
+const NAMES: [(&[u8], u8); 10] = [
     (b"none", 0),
     (b"unknown_cid", Fault::UnknownCid as u8),
     (b"stale_cid", Fault::StaleCid as u8),
@@ -58,6 +61,7 @@ const NAMES: [(&[u8], u8); 9] = [
     (b"absurd_id_ns", Fault::AbsurdIdNs as u8),
     (b"no_invalidate", Fault::NoInvalidate as u8),
     (b"no_answer", Fault::NoAnswer as u8),
+    (b"keep_alive_unanswered", Fault::KeepAliveUnanswered as u8),
 ];
 
 static ARMED: AtomicU8 = AtomicU8::new(0);
@@ -72,7 +76,7 @@ pub(crate) fn arm(name: &[u8]) -> Result {
             Ok(())
         }
         None => {
-            pr_err!("misbehave: unknown fault (none, unknown_cid, stale_cid, wrong_rkey, reserved_status, absurd_id_ctrl, absurd_id_ns, no_invalidate, no_answer)\n");
+            pr_err!("misbehave: unknown fault (none, unknown_cid, stale_cid, wrong_rkey, reserved_status, absurd_id_ctrl, absurd_id_ns, no_invalidate, no_answer, keep_alive_unanswered)\n");
             Err(EINVAL)
         }
     }
@@ -89,14 +93,19 @@ pub(crate) fn status() -> (&'static str, u64) {
     (name, FIRED.load(Ordering::Relaxed))
 }
 
-/// The fault to apply to a completion on I/O queue `qid` (not the admin queue's, 0), if one
-/// is armed and fits it (`wrong_rkey` and `no_invalidate` need a completion that
-/// invalidates); disarmed once taken.
-pub(crate) fn take(qid: u16, invalidates: bool) -> Option<Fault> {
+/// The fault to apply to the completion of a command `opcode` on queue `qid`, if one is armed
+/// and fits it: on an I/O queue (`wrong_rkey` and `no_invalidate` need a completion that
+/// invalidates), or a Keep Alive on the admin queue (0) for `keep_alive_unanswered`;
+/// disarmed once taken.
+pub(crate) fn take(qid: u16, opcode: u8, invalidates: bool) -> Option<Fault> {
+    let armed = ARMED.load(Ordering::Acquire);
     if qid == 0 {
-        return None;
+        return match armed {
+            9 if opcode == admin::KEEP_ALIVE => fire(Fault::KeepAliveUnanswered),
+            _ => None,
+        };
     }
-    let fault = match ARMED.load(Ordering::Acquire) {
+    let fault = match armed {
         1 => Fault::UnknownCid,
         2 => Fault::StaleCid,
         3 if invalidates => Fault::WrongRkey,

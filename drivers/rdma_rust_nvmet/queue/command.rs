@@ -278,9 +278,9 @@ impl Queue {
         }
         let mut invalidate = keyed.and_then(|(r, inv)| inv.then_some(r.rkey));
         let mut cid = sqe.cid;
-        if let Some(fault) = misbehave::take(self.qid, invalidate.is_some()) {
+        if let Some(fault) = misbehave::take(self.qid, sqe.opcode, invalidate.is_some()) {
             match fault {
-                Fault::NoAnswer => {
+                Fault::NoAnswer | Fault::KeepAliveUnanswered => {
                     pr_info!(
                         "queue {}: misbehaving on purpose ({fault:?}): command id {:#06x} is never completed\n",
                         self.qid,

@@ -3,10 +3,10 @@
 #
 # The NVMe-oF host's bad-target checks (rows rust_bad_target_*, in the suite
 # rdma_nvme_host): rdma_rust_nvmet armed through its debugfs file misbehave to
-# break one rule of the protocol once (or to bend one, or never to answer),
-# and what the host must do about it: end the connection with the reason
-# logged and recover, never end the wrong request, carry the command out
-# again. Sourced by guest-init.sh after guest-nvme.sh, whose helpers it uses
+# break one rule of the protocol once (or to bend one, or never to answer a
+# command or a Keep Alive), and what the host must do about it: end the
+# connection with the reason logged and recover, never end the wrong request,
+# carry the command out again. Sourced by guest-init.sh after guest-nvme.sh, whose helpers it uses
 # (hst_field, hst_fault_under_fio, hst_connect, hst_disconnect, hst_expect,
 # HST_STATUS), as it uses guest-nvmet.sh's (nvmt_fio_dev) and
 # guest-init.sh's (mark, since_mark).

@@ -608,6 +608,9 @@ hst_target_rows() {
 		nvmt_check "${t}_bad_target_reserved_status" hst_bad_target "$n" reserved_status "impossible status"
 		nvmt_check "${t}_bad_target_no_invalidate_local_inv" hst_local_inv "$n"
 		nvmt_check "${t}_bad_target_no_answer_timeout" hst_timeout "$n"
+		# Its Keep Alive (every 2.5 s: keep_alive_tmo=5) unanswered: the host's
+		# keep-alive gives up on it after 5 s and reconnects.
+		nvmt_check "${t}_bad_target_keep_alive_unanswered" hst_bad_target "$n" keep_alive_unanswered "command 0x18 had no completion"
 		nvmt_check "${t}_bad_target_disconnect" hst_disconnect "$n"
 		[ -n "$host_gate" ] || hst_disconnect_all > /dev/null 2>&1
 		nvmt_check "${t}_bad_target_absurd_id_ctrl_refused" hst_absurd_ctrl "$base,nr_io_queues=1,queue_size=$HST_DEPTH"
