@@ -51,17 +51,18 @@ pub(crate) enum Fault {
     KeepAliveUnanswered = 9,
 }
 
-const NAMES: [(&[u8], u8); 10] = [
-    (b"none", 0),
-    (b"unknown_cid", Fault::UnknownCid as u8),
-    (b"stale_cid", Fault::StaleCid as u8),
-    (b"wrong_rkey", Fault::WrongRkey as u8),
-    (b"reserved_status", Fault::ReservedStatus as u8),
-    (b"absurd_id_ctrl", Fault::AbsurdIdCtrl as u8),
-    (b"absurd_id_ns", Fault::AbsurdIdNs as u8),
-    (b"no_invalidate", Fault::NoInvalidate as u8),
-    (b"no_answer", Fault::NoAnswer as u8),
-    (b"keep_alive_unanswered", Fault::KeepAliveUnanswered as u8),
+/// Each fault's name in the debugfs file, and its value in [`ARMED`] (0: none).
+const NAMES: [(&str, u8); 10] = [
+    ("none", 0),
+    ("unknown_cid", Fault::UnknownCid as u8),
+    ("stale_cid", Fault::StaleCid as u8),
+    ("wrong_rkey", Fault::WrongRkey as u8),
+    ("reserved_status", Fault::ReservedStatus as u8),
+    ("absurd_id_ctrl", Fault::AbsurdIdCtrl as u8),
+    ("absurd_id_ns", Fault::AbsurdIdNs as u8),
+    ("no_invalidate", Fault::NoInvalidate as u8),
+    ("no_answer", Fault::NoAnswer as u8),
+    ("keep_alive_unanswered", Fault::KeepAliveUnanswered as u8),
 ];
 
 static ARMED: AtomicU8 = AtomicU8::new(0);
@@ -70,15 +71,30 @@ static FIRED: AtomicU64 = AtomicU64::new(0);
 /// Arms the fault `name` (or disarms, `none`); `EINVAL` for another name.
 pub(crate) fn arm(name: &[u8]) -> Result {
     let name = name.strip_suffix(b"\n").unwrap_or(name);
-    match NAMES.iter().find(|(n, _)| *n == name) {
+    match NAMES.iter().find(|(n, _)| n.as_bytes() == name) {
         Some(&(_, v)) => {
             ARMED.store(v, Ordering::Release);
             Ok(())
         }
         None => {
-            pr_err!("misbehave: unknown fault (none, unknown_cid, stale_cid, wrong_rkey, reserved_status, absurd_id_ctrl, absurd_id_ns, no_invalidate, no_answer, keep_alive_unanswered)\n");
+            pr_err!("misbehave: unknown fault (one of: {Names})\n");
             Err(EINVAL)
         }
+    }
+}
+
+/// Every fault's name, comma-separated, for the message that refuses another.
+struct Names;
+
+impl core::fmt::Display for Names {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        for (i, (n, _)) in NAMES.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            f.write_str(n)?;
+        }
+        Ok(())
     }
 }
 
@@ -88,8 +104,7 @@ pub(crate) fn status() -> (&'static str, u64) {
     let name = NAMES
         .iter()
         .find(|(_, v)| *v == armed)
-        .and_then(|(n, _)| core::str::from_utf8(n).ok())
-        .unwrap_or("none");
+        .map_or("none", |(n, _)| *n);
     (name, FIRED.load(Ordering::Relaxed))
 }
 

@@ -14,6 +14,18 @@
 HST_MISBEHAVE=/sys/kernel/debug/rdma_rust_nvmet/misbehave
 hst_misbehave_fired() { sed -n 's/^misbehave .* fired \([0-9]*\)$/\1/p' /sys/kernel/debug/rdma_rust_nvmet/status; }
 
+# hst_misbehave_refused: a fault rdma_rust_nvmet does not know, written to
+# misbehave, is refused (the write fails) with a message that names the ones
+# it knows, and nothing is armed.
+hst_misbehave_refused() {
+	mark
+	! echo bogus_fault > $HST_MISBEHAVE 2> /dev/null || { echo "bogus_fault was taken"; return 1; }
+	since_mark | grep 'rdma_rust_nvmet: misbehave: unknown fault (one of: none, unknown_cid, .*keep_alive_unanswered)' ||
+		{ since_mark | grep rdma_rust_nvmet; echo "no message naming the faults"; return 1; }
+	grep -q '^misbehave none ' /sys/kernel/debug/rdma_rust_nvmet/status ||
+		{ grep misbehave /sys/kernel/debug/rdma_rust_nvmet/status; echo "something is armed"; return 1; }
+}
+
 # hst_bad_target N FAULT PATTERN: controller N (reconnect_delay 1) of
 # rdma_rust_nvmet under a verifying 4 KiB writer (its verification reads are
 # keyed, with remote invalidation); the target armed to break the rule FAULT

@@ -602,6 +602,7 @@ hst_target_rows() {
 		nvmt_check "${t}_bad_target_connect" hst_connect "$base,nr_io_queues=1,queue_size=$HST_DEPTH,ctrl_loss_tmo=30,$rec" ||
 			nvmt_gate=${nvmt_gate:-"no controller (row ${t}_bad_target_connect)"}
 		n=$hst_inst
+		nvmt_check "${t}_bad_target_misbehave_refused" hst_misbehave_refused
 		nvmt_check "${t}_bad_target_unknown_cid" hst_bad_target "$n" unknown_cid "which is not in flight"
 		nvmt_check "${t}_bad_target_stale_cid" hst_bad_target "$n" stale_cid "which is not in flight"
 		nvmt_check "${t}_bad_target_wrong_rkey" hst_bad_target "$n" wrong_rkey "bogus remote invalidation\|receive failed"
