@@ -126,7 +126,7 @@ impl WorkItem for Core {
             match this.health.state() {
                 State::Recovering => this.recover(),
                 State::Live if kato_ms > 0 && this.since_keep_alive() >= i64::from(period) => {
-                    this.keep_alive(kato_ms)
+                    this.keep_alive(period)
                 }
                 _ => {}
             }
@@ -145,13 +145,19 @@ impl Core {
         Ktime::ktime_get().to_ms() - self.keep_alive_ms.load(Ordering::Relaxed)
     }
 
-    /// Sends a Keep Alive; one that fails or has no answer within the keep-alive timeout
-    /// fails the admin queue, which starts the recovery.
-    fn keep_alive(&self, kato_ms: u32) {
+    /// Sends a Keep Alive; one that fails or has no answer within `wait_ms` fails the admin
+    /// queue, which starts the recovery.
+    ///
+    /// The supervisor waits for the answer no longer than the keep-alive period (half the
+    /// keep-alive timeout), when the next Keep Alive is due: waiting the whole timeout would
+    /// send none meanwhile, and the target, whose timer runs a whole timeout from the last
+    /// Keep Alive it received, would end the connection at the same moment (a race the
+    /// `keep_alive_unanswered` row once lost).
+    fn keep_alive(&self, wait_ms: u32) {
         self.keep_alive_ms
             .store(Ktime::ktime_get().to_ms(), Ordering::Relaxed);
         let admin = self.admin();
-        let sent = admin.command(Command::new(admin::KEEP_ALIVE, 0), Data::None, kato_ms);
+        let sent = admin.command(Command::new(admin::KEEP_ALIVE, 0), Data::None, wait_ms);
         match sent {
             Ok(c) if c.is_ok() => {
                 self.counts.keep_alives.fetch_add(1, Ordering::Relaxed);

@@ -610,7 +610,8 @@ hst_target_rows() {
 		nvmt_check "${t}_bad_target_no_invalidate_local_inv" hst_local_inv "$n"
 		nvmt_check "${t}_bad_target_no_answer_timeout" hst_timeout "$n"
 		# Its Keep Alive (every 2.5 s: keep_alive_tmo=5) unanswered: the host's
-		# keep-alive gives up on it after 5 s and reconnects.
+		# keep-alive gives up on it after 2.5 s, when the next is due, and
+		# reconnects, before the target's own 5-s timer would end it.
 		nvmt_check "${t}_bad_target_keep_alive_unanswered" hst_bad_target "$n" keep_alive_unanswered "command 0x18 had no completion"
 		nvmt_check "${t}_bad_target_disconnect" hst_disconnect "$n"
 		[ -n "$host_gate" ] || hst_disconnect_all > /dev/null 2>&1
